@@ -1,0 +1,366 @@
+"""The demo server: start the ranks, build the model on each, serve requests, report.
+
+Ranks are started the way real servers start them, with `torch.multiprocessing.spawn`, and join
+one process group (gloo on CPU, NCCL on CUDA). Every rank builds its shard of the same model and
+runs the same cycles; rank 0 prints tokens/s, cycles and the mean acceptance length, and writes
+them as JSON with `--result FILE`. Nothing here imports tracekit's collectors: `tracekit launch`
+instruments the ranks from outside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tracekit.demo.config import PRESETS, ModelConfig, preset
+from tracekit.errors import InputError, TracekitError
+
+# torch warns on import when numpy is missing; the demo does not use numpy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+CPU_NOTE = (
+    "note: {ranks} ranks share {cores} CPU cores here, so every allreduce waits for ranks to be "
+    "scheduled: the CPU breakdown is allreduce-heavy by construction (on GPUs it is not)."
+)
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    ranks: int = 8
+    device: str = "cpu"
+    cycles: int = 40
+    draft_tokens: int = 3
+    verify_mode: str = "extend"
+    baseline: bool = False
+    model_size: str = "tiny"
+    layers: int | None = None
+    divergence: float | None = None
+    prompt_len: int = 16
+    max_new_tokens: int = 64
+    seed: int = 0
+    graphs: bool = True
+    result: str | None = None
+    quiet: bool = False
+
+    def model_config(self) -> ModelConfig:
+        cfg = preset(self.model_size)
+        changes: dict[str, Any] = {"seed": self.seed}
+        if self.layers is not None:
+            changes["num_layers"] = self.layers
+        if self.divergence is not None:
+            changes["divergence"] = self.divergence
+        return cfg.replace(**changes)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tracekit.demo",
+        description="A small tensor-parallel EAGLE-style speculative decoder (tracekit's demo).",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        help="tensor-parallel ranks (default: 8 on CPU, 1 a GPU on CUDA)",
+    )
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--cycles", type=int, default=40, help="decode cycles (steps) to run")
+    p.add_argument("--draft-tokens", type=int, default=3, help="K, tokens drafted a cycle")
+    p.add_argument(
+        "--verify-mode",
+        choices=["extend", "graph"],
+        default="extend",
+        help="verify eagerly, or replay a captured CUDA graph",
+    )
+    p.add_argument("--baseline", action="store_true", help="plain decoding, no draft")
+    p.add_argument("--model-size", choices=list(PRESETS), default="tiny")
+    p.add_argument("--layers", type=int, default=None, help="target layers (default: the preset's)")
+    p.add_argument(
+        "--divergence",
+        type=float,
+        default=None,
+        help="how far the target strays from what the draft head models (default 0.3; 0 = the draft is almost always right)",
+    )
+    p.add_argument("--prompt-len", type=int, default=16)
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=64,
+        help="tokens a request; then the next request starts",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-graphs", dest="graphs", action="store_false", help="CUDA: run every phase eagerly"
+    )
+    p.add_argument(
+        "--result",
+        default=None,
+        help="write tokens/s, cycles, accept_len_mean and step times to this JSON file",
+    )
+    p.add_argument("-q", "--quiet", action="store_true")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> DemoOptions:
+    ns = parser().parse_args(argv)
+    ranks = ns.ranks
+    if ranks is None:
+        ranks = 8 if ns.device == "cpu" else max(1, _cuda_count())
+    opts = DemoOptions(
+        ranks=ranks,
+        device=ns.device,
+        cycles=ns.cycles,
+        draft_tokens=ns.draft_tokens,
+        verify_mode=ns.verify_mode,
+        baseline=ns.baseline,
+        model_size=ns.model_size,
+        layers=ns.layers,
+        divergence=ns.divergence,
+        prompt_len=ns.prompt_len,
+        max_new_tokens=ns.max_new_tokens,
+        seed=ns.seed,
+        graphs=ns.graphs,
+        result=ns.result,
+        quiet=ns.quiet,
+    )
+    validate(opts)
+    return opts
+
+
+def _cuda_count() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def validate(opts: DemoOptions) -> None:
+    """Raise `InputError` (one line, with the fix) for options the demo cannot run."""
+    cfg = opts.model_config()
+    cfg.check(opts.ranks)
+    if opts.cycles < 1:
+        msg = f"--cycles must be at least 1, got {opts.cycles}"
+        raise InputError(msg)
+    if opts.draft_tokens < 1:
+        msg = f"--draft-tokens must be at least 1, got {opts.draft_tokens}"
+        raise InputError(msg)
+    if opts.layers is not None and opts.layers < 1:
+        msg = f"--layers must be at least 1, got {opts.layers}"
+        raise InputError(msg)
+    if opts.prompt_len < 1 or opts.max_new_tokens < 1:
+        msg = "--prompt-len and --max-new-tokens must be at least 1"
+        raise InputError(msg)
+    need = opts.prompt_len + 2 * (opts.draft_tokens + 1) + 1
+    if need > cfg.max_seq_len:
+        msg = (
+            f"--prompt-len {opts.prompt_len} with --draft-tokens {opts.draft_tokens} does not fit "
+            f"the {cfg.max_seq_len}-position KV cache of --model-size {opts.model_size}; use a "
+            "shorter prompt or fewer draft tokens"
+        )
+        raise InputError(msg)
+    if opts.device == "cuda" and _cuda_count() == 0:
+        msg = "--device cuda, but torch sees no CUDA device; run with --device cpu"
+        raise InputError(msg)
+    if opts.verify_mode == "graph" and (opts.device != "cuda" or not opts.graphs):
+        msg = (
+            "--verify-mode graph replays a CUDA graph: it needs --device cuda (without --no-graphs)"
+        )
+        raise InputError(msg)
+    if opts.verify_mode == "graph" and opts.baseline:
+        msg = "--verify-mode applies to speculative decoding; drop it with --baseline"
+        raise InputError(msg)
+
+
+def choose_backend(opts: DemoOptions) -> tuple[str, str | None]:
+    """(backend, message): NCCL on CUDA unless ranks outnumber GPUs, gloo on CPU."""
+    if opts.device == "cpu":
+        return "gloo", None
+    gpus = _cuda_count()
+    if opts.ranks > gpus:
+        return "gloo", (
+            f"{opts.ranks} ranks on {gpus} GPU(s): NCCL refuses two ranks on one GPU, so the "
+            "ranks use gloo and CUDA graphs are off (graphs cannot capture gloo collectives)"
+        )
+    return "nccl", None
+
+
+# -- starting ranks ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_entry(
+    rank: int,
+    world: int,
+    port: int,
+    backend: str,
+    fn: Callable[..., None],
+    args: tuple[Any, ...],
+) -> None:
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    try:
+        fn(rank, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn_ranks(
+    fn: Callable[..., None], world: int, args: tuple[Any, ...], *, backend: str = "gloo"
+) -> None:
+    """Run `fn(rank, *args)` on `world` spawned processes joined in one process group."""
+    mp.spawn(
+        _rank_entry,
+        args=(world, free_port(), backend, fn, args),
+        nprocs=world,
+        join=True,
+    )
+
+
+# -- one rank ------------------------------------------------------------------------------
+
+
+def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
+    from tracekit.demo.draft import DraftHead
+    from tracekit.demo.model import TargetModel
+    from tracekit.demo.parallel import TensorParallelGroup
+    from tracekit.demo.speculative import BaselineDecoder, SpeculativeDecoder
+
+    cfg = opts.model_config()
+    if opts.device == "cuda":
+        device = torch.device("cuda", rank % _cuda_count())
+        torch.cuda.set_device(device)
+        dtype = torch.bfloat16
+    else:
+        device, dtype = torch.device("cpu"), torch.float32
+    group = TensorParallelGroup.from_default_group()
+    use_graphs = opts.device == "cuda" and opts.graphs and (backend == "nccl" or group.size == 1)
+    if use_graphs and group.size > 1:
+        # NCCL communicators must exist before a graph captures their collectives.
+        group.all_reduce(torch.zeros(1, device=device))
+        torch.cuda.synchronize()
+
+    target = TargetModel(cfg, group, dtype=dtype, device=device)
+    decoder: BaselineDecoder | SpeculativeDecoder
+    if opts.baseline:
+        decoder = BaselineDecoder(target, use_graphs=use_graphs)
+    else:
+        head = DraftHead(cfg, group, target, dtype=dtype, device=device)
+        decoder = SpeculativeDecoder(
+            target,
+            head,
+            draft_tokens=opts.draft_tokens,
+            use_graphs=use_graphs,
+            verify_mode=opts.verify_mode,
+        )
+    ready = time.time()
+
+    rng = random.Random(opts.seed)
+    step_s: list[float] = []
+    accept: list[int] = []
+    requests, in_request = 0, 0
+    sync = torch.cuda.synchronize if opts.device == "cuda" else (lambda: None)
+    t_run = time.perf_counter()
+    for _ in range(opts.cycles):
+        if requests == 0 or in_request >= opts.max_new_tokens or decoder.room() < 1:
+            decoder.prefill([rng.randrange(cfg.vocab_size) for _ in range(opts.prompt_len)])
+            requests, in_request = requests + 1, 1
+        sync()
+        t0 = time.perf_counter()
+        result = decoder.step()
+        sync()
+        step_s.append(time.perf_counter() - t0)
+        accept.append(result.accept_len)
+        in_request += result.accept_len
+    run_s = time.perf_counter() - t_run
+    if rank != 0:
+        return
+
+    tokens = sum(accept)
+    step_total = sum(step_s)
+    payload: dict[str, Any] = {
+        "mode": "baseline" if opts.baseline else "speculative",
+        "ranks": group.size,
+        "device": opts.device,
+        "backend": backend,
+        "dtype": str(dtype).removeprefix("torch."),
+        "cuda_graphs": use_graphs,
+        "draft_tokens": None if opts.baseline else opts.draft_tokens,
+        "verify_mode": None if opts.baseline else opts.verify_mode,
+        "cycles": len(step_s),
+        "requests": requests,
+        "tokens": tokens,
+        "accept_len_mean": tokens / len(accept),
+        "tokens_per_s": tokens / step_total if step_total > 0 else 0.0,
+        "step_ms": [s * 1e3 for s in step_s],
+        "step_ms_p50": statistics.median(step_s) * 1e3,
+        "startup_s": ready - started,
+        "run_s": run_s,
+        "model": {"size": opts.model_size, **asdict(cfg)},
+    }
+    if not opts.quiet:
+        _print_summary(payload, opts)
+    if opts.result:
+        Path(opts.result).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def _print_summary(p: dict[str, Any], opts: DemoOptions) -> None:
+    m = p["model"]
+    what = (
+        "baseline (plain decoding)"
+        if opts.baseline
+        else (f"speculative, K={opts.draft_tokens} draft tokens, verify {opts.verify_mode}")
+    )
+    graphs = ", CUDA graphs" if p["cuda_graphs"] else ""
+    lines = [
+        f"tracekit demo server: {p['ranks']} rank(s) on {p['device']} ({p['backend']}, "
+        f"{p['dtype']}{graphs}); model {m['size']}: {m['num_layers']} layers, hidden "
+        f"{m['hidden_size']}, vocab {m['vocab_size']}; {what}",
+        f"  cycles {p['cycles']}  tokens {p['tokens']}  mean acceptance length "
+        f"{p['accept_len_mean']:.2f}  tokens/s {p['tokens_per_s']:.1f}  step p50 "
+        f"{p['step_ms_p50']:.1f} ms  start-up {p['startup_s']:.1f} s",
+    ]
+    cores = os.cpu_count() or 1
+    if p["device"] == "cpu" and p["ranks"] > cores:
+        lines.append("  " + CPU_NOTE.format(ranks=p["ranks"], cores=cores))
+    print("\n".join(lines), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    try:
+        opts = parse_args(argv)
+        backend, message = choose_backend(opts)
+    except TracekitError as exc:
+        print(f"python -m tracekit.demo: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if message and not opts.quiet:
+        print(f"tracekit demo server: {message}", file=sys.stderr)
+    spawn_ranks(_serve, opts.ranks, (opts, backend, started), backend=backend)
+    return 0
