@@ -1,0 +1,552 @@
+"""Decode one Kineto Chrome-JSON trace (`.json` / `.json.gz`) into Arrow batches of `events`.
+
+Fast path: msgspec decodes the top level into raw slices, the `traceEvents` array into raw event
+slices (a scan, no objects), then batches of events into typed structs. Timestamps become exact
+int64 nanoseconds (see `exact_ns`). Damaged files (a rank killed mid-write) are salvaged: the
+events before the cut are kept and a warning says how many.
+
+Imports only msgspec, numpy and pyarrow, so ingest workers start quickly.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracekit.errors import TraceFormatError
+
+EMPTY = msgspec.Raw()
+
+# Event phases kept in the `events` table: complete events, instants, counters. Flows (s/f/t)
+# duplicate `args.correlation`; metadata (M) names processes and threads.
+KEEP_PH = frozenset({"X", "i", "I", "C"})
+
+GRAPH_LAUNCH_PREFIXES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+# Categories whose rows run on a device stream (pid = device, tid = stream).
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
+# Categories whose args are fully covered by typed columns: their `args` column stays null.
+ARGS_COVERED_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+
+BATCH_EVENTS = 131_072
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event as written by Kineto (only the keys tracekit reads)."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    ts: int | float | None = None
+    dur: int | float | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    args: msgspec.Raw = EMPTY
+
+
+class LooseEvent(msgspec.Struct, gc=False):
+    """The same, accepting any JSON type (slow path for odd producers)."""
+
+    ph: Any = ""
+    cat: Any = None
+    name: Any = ""
+    ts: Any = None
+    dur: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: msgspec.Raw = EMPTY
+
+
+class Args(msgspec.Struct, gc=False):
+    """The args tracekit keeps as typed columns."""
+
+    stream: Any = None
+    correlation: Any = None
+    external_id: Any = msgspec.field(name="External id", default=None)
+    device: Any = None
+    cbid: Any = None
+    collective: Any = msgspec.field(name="Collective name", default=None)
+    dtype: Any = None
+    msg_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    pg_name: Any = msgspec.field(name="Process Group Name", default=None)
+    bytes: Any = None
+
+
+class _MiniArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+
+
+class _Mini(msgspec.Struct, gc=False):
+    name: Any = ""
+    args: _MiniArgs | None = None
+
+
+_DEC_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_DEC_RAWLIST = msgspec.json.Decoder(list[msgspec.Raw])
+_DEC_EVENTS = msgspec.json.Decoder(list[Event])
+_DEC_LOOSE = msgspec.json.Decoder(list[LooseEvent])
+_DEC_ARGS = msgspec.json.Decoder(list[Args | None])
+_DEC_MINI = msgspec.json.Decoder(list[_Mini])
+_DEC_ANY = msgspec.json.Decoder()
+
+
+@dataclass
+class RawTrace:
+    """A trace split into its top-level keys and the raw slices of its events."""
+
+    path: Path
+    meta: dict[str, msgspec.Raw]
+    events: list[msgspec.Raw]
+    data: bytes
+    warnings: list[str] = field(default_factory=list)
+    salvaged: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading bytes and splitting the JSON
+
+
+def read_bytes(path: Path) -> tuple[bytes, str | None]:
+    """The file's bytes, gunzipped when gzip. Returns (data, warning-or-None).
+
+    A truncated or corrupt gzip stream keeps what was decompressed before the damage.
+    """
+    raw = path.read_bytes()
+    if raw[:2] != b"\x1f\x8b":
+        return raw, None
+    dec = zlib.decompressobj(wbits=31)
+    chunks: list[bytes] = []
+    step = 1 << 24
+    try:
+        for i in range(0, len(raw), step):
+            chunks.append(dec.decompress(raw[i : i + step]))
+            if dec.eof:
+                break
+        chunks.append(dec.flush())
+    except zlib.error as exc:
+        return b"".join(chunks), f"damaged gzip stream ({exc})"
+    if not dec.eof:
+        return b"".join(chunks), "truncated gzip stream"
+    return b"".join(chunks), None
+
+
+_BYTE_POS = re.compile(r"byte (\d+)")
+
+
+def split_trace(path: Path, data: bytes, gz_warning: str | None = None) -> RawTrace:
+    """Split a trace into top-level raw values and raw events; salvage a damaged one."""
+    if not data[:65536].strip() and not data.strip():
+        msg = f"{path}: empty file; pass a Kineto trace (`.json` or `.json.gz`) written by torch.profiler"
+        raise TraceFormatError(msg)
+    try:
+        meta = _DEC_TOP.decode(data)
+    except msgspec.DecodeError as exc:
+        return _salvage(path, data, exc, gz_warning)
+    except msgspec.ValidationError:
+        msg = f"{path}: JSON but not a Kineto trace (the top level is not an object with `traceEvents`); pass a torch.profiler trace"
+        raise TraceFormatError(msg) from None
+    raw_events = meta.pop("traceEvents", None)
+    if raw_events is None:
+        msg = f"{path}: JSON but not a Kineto trace (no `traceEvents` array); pass a torch.profiler trace"
+        raise TraceFormatError(msg)
+    try:
+        events = _DEC_RAWLIST.decode(raw_events)
+    except msgspec.ValidationError:
+        msg = f"{path}: `traceEvents` is not an array; pass a torch.profiler trace"
+        raise TraceFormatError(msg) from None
+    trace = RawTrace(path, meta, events, data)
+    if gz_warning:
+        # The JSON parsed although the gzip stream was damaged after its end: keep it, say so.
+        trace.warnings.append(f"{path}: {gz_warning} after a complete trace; all events kept")
+    return trace
+
+
+def _salvage(path: Path, data: bytes, exc: Exception, gz_warning: str | None) -> RawTrace:
+    """Keep the events before the damage of a truncated or corrupt trace."""
+    head = data[:4096].lstrip()
+    key = data.find(b'"traceEvents"')
+    if not head.startswith(b"{") or key < 0:
+        what = "not JSON" if not head.startswith((b"{", b"[")) else "JSON but not a Kineto trace"
+        msg = f"{path}: {what} ({_short(exc)}); pass a Kineto trace (`.json` or `.json.gz`) written by torch.profiler"
+        raise TraceFormatError(msg) from None
+    # Top-level keys written before traceEvents (deviceProperties, distributedInfo, ...).
+    meta: dict[str, msgspec.Raw] = {}
+    prefix = data[:key].rstrip().rstrip(b",")
+    try:
+        meta = _DEC_TOP.decode(prefix + b"}")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        meta = {}
+    open_ = data.find(b"[", key)
+    m = _BYTE_POS.search(str(exc))
+    limit = int(m.group(1)) if m else len(data)
+    events: list[msgspec.Raw] = []
+    if open_ >= 0:
+        events = _last_complete_prefix(data, open_, limit)
+    # Top-level keys written after traceEvents (a complete file's tail) are lost with the cut.
+    if not events:
+        msg = f"{path}: damaged trace with no complete event ({gz_warning or _short(exc)}); re-export the trace"
+        raise TraceFormatError(msg)
+    why = gz_warning or f"damaged JSON ({_short(exc)})"
+    warning = f"{path}: {why}; salvaged {len(events)} events written before the damage"
+    return RawTrace(path, meta, events, data, warnings=[warning], salvaged=True)
+
+
+def _last_complete_prefix(data: bytes, open_: int, limit: int) -> list[msgspec.Raw]:
+    """The longest decodable `[ev, ev, ...` prefix of the array starting at `open_`."""
+    end = min(limit, len(data))
+    body = data[open_:end]
+    # Try cutting after each '}' from the end; inner braces of args fail fast and we move on.
+    pos = len(body)
+    for _ in range(4096):
+        pos = body.rfind(b"}", 0, pos)
+        if pos < 0:
+            return []
+        try:
+            return _DEC_RAWLIST.decode(body[: pos + 1] + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return []
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+
+
+def load(path: Path) -> RawTrace:
+    """Read and split one trace file (raises TraceFormatError for unusable input)."""
+    data, gz_warning = read_bytes(path)
+    return split_trace(path, data, gz_warning)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata helpers
+
+
+def meta_value(trace: RawTrace, key: str) -> Any:
+    """Decode one top-level value (None when absent or undecodable)."""
+    raw = trace.meta.get(key)
+    if raw is None:
+        return None
+    try:
+        return _DEC_ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def base_time_ns(trace: RawTrace) -> int | None:
+    """`baseTimeNanoseconds` (torch >= 2.4: `ts` is relative to it), else None (absolute µs)."""
+    value = meta_value(trace, "baseTimeNanoseconds")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
+
+
+def graph_launch_correlations(trace: RawTrace) -> set[int]:
+    """Correlation ids of cudaGraphLaunch / cuGraphLaunch / hipGraphLaunch calls."""
+    if b"GraphLaunch" not in trace.data:
+        return set()
+    out: set[int] = set()
+    for start in range(0, len(trace.events), BATCH_EVENTS):
+        chunk = trace.events[start : start + BATCH_EVENTS]
+        for ev in _DEC_MINI.decode(b"[" + b",".join(chunk) + b"]"):
+            name = ev.name
+            if isinstance(name, str) and name.startswith(GRAPH_LAUNCH_PREFIXES) and ev.args:
+                corr = _to_int(ev.args.correlation)
+                if corr is not None:
+                    out.add(corr)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Events -> Arrow
+
+
+@dataclass
+class BatchStats:
+    """Counts gathered while converting (reported in the manifest)."""
+
+    events: int = 0
+    skipped: int = 0  # kept phases without a usable ts
+    negative_dur: int = 0
+    devices: dict[int, int] = field(default_factory=dict)
+
+
+def exact_ns(values: Sequence[Any], *, relative: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Microsecond JSON numbers -> exact int64 ns. Returns (ns, valid mask).
+
+    Kineto writes `ts`/`dur` with exactly three decimals, so the true value is k/1000 µs for an
+    integer k. The double a JSON parser gives is the correctly rounded k/1000; below 2^43 µs
+    (relative times, durations) neighbouring k map to different doubles, so k is the candidate
+    among round(x*1000)+{-1,0,1} whose k/1000 reproduces x exactly. Integers (old absolute-µs
+    traces) are multiplied exactly. Old traces with fractional absolute µs (about 1.7e15) keep
+    only the float's precision (about 0.25 µs).
+    """
+    n = len(values)
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        arr = pa.array([v if type(v) in (int, float) else None for v in values], type=pa.float64())
+    if pa.types.is_null(arr.type):
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if pa.types.is_integer(arr.type):
+        valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        ints = arr.fill_null(0).to_numpy().astype(np.int64)
+        return ints * 1000, valid
+    if not pa.types.is_floating(arr.type):
+        arr = pa.array([v if type(v) in (int, float) else None for v in values], type=pa.float64())
+    x = arr.fill_null(np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    valid = np.isfinite(x)
+    x = np.where(valid, x, 0.0)
+    k = np.rint(x * 1000.0)
+    small = np.abs(x) < 2.0**43
+    if relative or small.all():
+        for delta in (0.0, -1.0, 1.0):
+            cand = k + delta
+            ok = (cand / 1000.0) == x
+            k = np.where(ok, cand, k)
+            if ok.all():
+                break
+        out = k.astype(np.int64)
+    else:
+        # Absolute µs: whole numbers are exact, fractions keep the float's precision.
+        whole = x == np.floor(x)
+        out = np.where(whole, x.astype(np.int64) * 1000, k.astype(np.int64))
+    return out, valid
+
+
+def _to_int(v: Any) -> int | None:
+    t = type(v)
+    if t is int:
+        return int(v)
+    if t is str:
+        s = v.strip()
+        if s.lstrip("-").isdigit():
+            return int(s)
+        return None
+    if t is float and v == v and abs(v) < 2**62 and v == int(v):
+        return int(v)
+    return None
+
+
+_INT64 = pa.int64()
+
+
+def _int_array(values: Sequence[Any], type_: pa.DataType = _INT64) -> pa.Array:
+    """Ints (None -> null); strings of digits are parsed, anything else becomes null."""
+    try:
+        arr = pa.array(values)
+        if pa.types.is_integer(arr.type) or pa.types.is_null(arr.type):
+            return arr.cast(type_)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    ints = [v if (v is None or type(v) is int) else _to_int(v) for v in values]
+    if type_ == pa.int32():
+        ints = [v if v is None or -(2**31) <= v < 2**31 else None for v in ints]
+    return pa.array(ints, type=type_)
+
+
+def _str_array(values: Sequence[Any]) -> pa.Array:
+    try:
+        arr = pa.array(values)
+        if pa.types.is_string(arr.type) or pa.types.is_null(arr.type):
+            return arr.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    return pa.array(
+        [v if (v is None or type(v) is str) else str(v) for v in values], type=pa.string()
+    )
+
+
+def _dict_array(values: Sequence[Any]) -> pa.DictionaryArray:
+    """Dictionary-encode strings in Python (faster than Arrow's hash for long kernel names)."""
+    uniq = dict.fromkeys(values)
+    uniq.pop(None, None)
+    pos: dict[Any, int] = {k: i for i, k in enumerate(uniq)}
+    pos[None] = -1
+    idx = np.fromiter(map(pos.__getitem__, values), dtype=np.int32, count=len(values))
+    dictionary = pa.array([k if type(k) is str else str(k) for k in uniq], type=pa.string())
+    indices = pa.array(idx, mask=idx < 0) if (idx < 0).any() else pa.array(idx)
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def _address(buf: Any) -> int:
+    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
+
+
+def iter_batches(
+    trace: RawTrace,
+    *,
+    graph_corrs: set[int],
+    stats: BatchStats,
+    batch_events: int = BATCH_EVENTS,
+) -> Iterator[pa.Table]:
+    """Yield `events` tables (schema columns, before `conform`) batch by batch."""
+    base = base_time_ns(trace)
+    relative = base is not None
+    offset = base if base is not None else 0
+    events = trace.events
+    contiguous = not trace.salvaged and len(trace.data) > 0
+    data_addr = _address(trace.data) if contiguous else 0
+    for start in range(0, len(events), batch_events):
+        chunk = events[start : start + batch_events]
+        if not chunk:
+            continue
+        if contiguous:
+            # The raw events are views into `data`, in order: decode the batch's span at once.
+            lo = _address(chunk[0]) - data_addr
+            hi = _address(chunk[-1]) - data_addr + len(chunk[-1])
+            blob = b"[" + trace.data[lo:hi] + b"]"
+        else:
+            blob = b"[" + b",".join(chunk) + b"]"
+        try:
+            evs: list[Any] = _DEC_EVENTS.decode(blob)
+        except msgspec.ValidationError:
+            evs = _DEC_LOOSE.decode(blob)
+        evs = [e for e in evs if e.ph in KEEP_PH]
+        if not evs:
+            continue
+        table = _convert(
+            evs, offset=offset, relative=relative, graph_corrs=graph_corrs, stats=stats
+        )
+        if table.num_rows:
+            yield table
+
+
+def _convert(
+    evs: list[Any], *, offset: int, relative: bool, graph_corrs: set[int], stats: BatchStats
+) -> pa.Table:
+    ts_ns, ts_ok = exact_ns([e.ts for e in evs], relative=relative)
+    if not ts_ok.all():
+        keep = np.flatnonzero(ts_ok)
+        stats.skipped += len(evs) - len(keep)
+        evs = [evs[i] for i in keep]
+        ts_ns = ts_ns[keep]
+    n = len(evs)
+    dur_ns, dur_ok = exact_ns([e.dur for e in evs], relative=True)
+    dur_ns = np.where(dur_ok, dur_ns, 0)
+    neg = dur_ns < 0
+    if neg.any():
+        stats.negative_dur += int(neg.sum())
+        dur_ns = np.where(neg, 0, dur_ns)
+    start_ns = ts_ns + offset
+
+    ph = _dict_array([e.ph if type(e.ph) is str else str(e.ph) for e in evs])
+    cat = _dict_array([e.cat for e in evs])
+    name = _dict_array([e.name for e in evs])
+    pid = _int_array([e.pid for e in evs])
+    tid = _int_array([e.tid for e in evs])
+
+    raws = [e.args for e in evs]
+    del evs
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    has_args = lengths > 0
+    pieces = [r if len(r) else b"null" for r in raws]
+    del raws
+    blob = b"[" + b",".join(pieces) + b"]"
+    del pieces
+    try:
+        args: list[Any] = _DEC_ARGS.decode(blob)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        args = [None] * n
+    none = Args()
+    args = [a if a is not None else none for a in args]
+
+    # Device rows: an `args.stream`, or a device category (pid = device, tid = stream).
+    cat_codes = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    gpu_codes = [i for i, c in enumerate(cat.dictionary.to_pylist()) if c in GPU_CATS]
+    ph_x = [i for i, p in enumerate(ph.dictionary.to_pylist()) if p == "X"]
+    dev_cat = np.isin(cat_codes, gpu_codes) & np.isin(
+        ph.indices.to_numpy(zero_copy_only=False), ph_x
+    )
+    stream_arg = _int_array([a.stream for a in args])
+    stream = pc.if_else(pa.array(dev_cat), pc.coalesce(stream_arg, tid), stream_arg)
+    is_gpu = pc.is_valid(stream)
+    device_arg = _int_array([a.device for a in args])
+    device = pc.if_else(is_gpu, pc.coalesce(device_arg, pid), pa.nulls(n, pa.int64()))
+    correlation = _int_array([a.correlation for a in args])
+    in_graph = pc.fill_null(
+        pc.is_in(correlation, pa.array(sorted(graph_corrs), type=pa.int64())), False
+    )
+    graph = pc.if_else(is_gpu, in_graph, pa.nulls(n, pa.bool_()))
+    kernels = pc.equal(cat, "kernel") if "kernel" in cat.dictionary.to_pylist() else None
+    if kernels is not None:
+        counts = pc.value_counts(pc.filter(device, pc.fill_null(kernels, False)))
+        for item in counts.to_pylist():
+            if item["values"] is not None:
+                stats.devices[item["values"]] = (
+                    stats.devices.get(item["values"], 0) + item["counts"]
+                )
+
+    # `args` column: each event's args object as written, sliced out of `blob` without copies
+    # (element i spans its JSON plus the following separator, which is then cut off).
+    written = np.where(has_args, lengths, 4)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 1
+    np.cumsum(written + 1, out=offsets[1:])
+    offsets[1:] += 1
+    offsets[n] = len(blob)
+    if offsets[n] < 2**31:
+        spans = pa.StringArray.from_buffers(
+            n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(blob)
+        )
+    else:
+        spans = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(blob))
+    args_json = pc.utf8_slice_codeunits(spans, 0, -1).cast(pa.string())
+    covered = np.isin(
+        cat_codes, [i for i, c in enumerate(cat.dictionary.to_pylist()) if c in ARGS_COVERED_CATS]
+    )
+    args_json = pc.if_else(pa.array(has_args & ~covered), args_json, pa.nulls(n, pa.string()))
+
+    values: list[float | None] = [None] * n
+    ph_codes = ph.indices.to_numpy(zero_copy_only=False)
+    c_codes = [i for i, p in enumerate(ph.dictionary.to_pylist()) if p == "C"]
+    if c_codes:
+        for i in np.flatnonzero(np.isin(ph_codes, c_codes) & has_args):
+            values[i] = _counter_value(blob[offsets[i] : offsets[i + 1] - 1])
+
+    stats.events += n
+    columns: dict[str, pa.Array] = {
+        "cat": cat,
+        "name": name,
+        "ph": ph,
+        "start_ns": pa.array(start_ns, type=pa.int64()),
+        "dur_ns": pa.array(dur_ns, type=pa.int64()),
+        "pid": pid,
+        "tid": tid,
+        "device": device.cast(pa.int32(), safe=False),
+        "stream": stream,
+        "correlation": correlation,
+        "external_id": _int_array([a.external_id for a in args]),
+        "cbid": _int_array([a.cbid for a in args], pa.int32()),
+        "graph_launched": graph,
+        "collective": _str_array([a.collective for a in args]),
+        "dtype": _str_array([a.dtype for a in args]),
+        "msg_nelems": _int_array([a.msg_nelems for a in args]),
+        "group_size": _int_array([a.group_size for a in args], pa.int32()),
+        "pg_name": _str_array([a.pg_name for a in args]),
+        "bytes": _int_array([a.bytes for a in args]),
+        "value": pa.array(values, type=pa.float64()),
+        "args": args_json,
+    }
+    return pa.table(columns)
+
+
+def _counter_value(raw: bytes) -> float | None:
+    try:
+        obj = _DEC_ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(obj, dict):
+        for v in obj.values():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+    return None
