@@ -24,7 +24,7 @@ class GraphRunner:
         self.fn = fn
         self.inputs = inputs
         self.graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(warmup):

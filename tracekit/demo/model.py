@@ -51,6 +51,9 @@ class RMSNorm(torch.nn.Module):
 class Rotary(torch.nn.Module):
     """Rotary embeddings (the rotate-half form of Llama), tables indexed by a position tensor."""
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         d = cfg.head_dim
@@ -106,6 +109,8 @@ class KVCache:
 
 
 class Attention(torch.nn.Module):
+    key_pos: torch.Tensor
+
     def __init__(
         self,
         cfg: ModelConfig,
@@ -158,7 +163,8 @@ class Attention(torch.nn.Module):
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(0, 1), kh, vh, attn_mask=mask
         )  # [heads, T, d]
-        return self.o(out.transpose(0, 1).reshape(t, self.heads * d))
+        result: torch.Tensor = self.o(out.transpose(0, 1).reshape(t, self.heads * d))
+        return result
 
 
 class MLP(torch.nn.Module):
@@ -186,7 +192,8 @@ class MLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).split([self.width, self.width], dim=-1)
-        return self.down(torch.nn.functional.silu(gate) * up)
+        result: torch.Tensor = self.down(torch.nn.functional.silu(gate) * up)
+        return result
 
 
 class DecoderLayer(torch.nn.Module):
@@ -226,7 +233,8 @@ class DecoderLayer(torch.nn.Module):
         kv_len: int | None,
     ) -> torch.Tensor:
         x = x + self.attn(self.input_norm(x), positions, k_cache, v_cache, kv_len)
-        return x + self.mlp(self.post_norm(x))
+        out: torch.Tensor = x + self.mlp(self.post_norm(x))
+        return out
 
 
 class TargetModel(torch.nn.Module):

@@ -235,7 +235,7 @@ def spawn_ranks(
     fn: Callable[..., None], world: int, args: tuple[Any, ...], *, backend: str = "gloo"
 ) -> None:
     """Run `fn(rank, *args)` on `world` spawned processes joined in one process group."""
-    mp.spawn(
+    mp.spawn(  # type: ignore[attr-defined,no-untyped-call]
         _rank_entry,
         args=(world, free_port(), backend, fn, args),
         nprocs=world,
@@ -285,7 +285,11 @@ def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
     step_s: list[float] = []
     accept: list[int] = []
     requests, in_request = 0, 0
-    sync = torch.cuda.synchronize if opts.device == "cuda" else (lambda: None)
+
+    def sync() -> None:
+        if opts.device == "cuda":
+            torch.cuda.synchronize()
+
     t_run = time.perf_counter()
     for _ in range(opts.cycles):
         if requests == 0 or in_request >= opts.max_new_tokens or decoder.room() < 1:

@@ -85,6 +85,7 @@ class _Decoder:
         self._check_prompt(prompt)
         self.cache.truncate(0)
         n = len(prompt)
+        hidden: torch.Tensor
         hidden, logits = self.target(
             _ids(prompt, self.device), _positions(0, n, self.device), self.cache, n
         )
