@@ -1,0 +1,386 @@
+"""Breakdown of every phase instance: forward, allreduce and overhead on the device timeline.
+
+Exact mode (the rank's events table has phase ranges): a GPU activity belongs to the phase
+instance whose CPU range on the launching thread contains its launching runtime call (matched by
+correlation id), which covers every kernel of a graph launch. On CPU-only ranks the device
+timeline is the rank's top-level CPU ops (and gloo's worker ranges), attributed by start time.
+Light mode (the collector's `phases` records only): the phase's CUDA-event span (CPU clocks when
+there is no GPU), allreduce sub-phases being the allreduce part; rows marked `approximate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+from tracekit.analyzers import _load
+from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, combine_labels, load_impl_table
+from tracekit.analyzers.phases import RankPhases, all_rank_phases
+from tracekit.analyzers.rules import RuleTable, load_rules
+from tracekit.analyzers.timeline import split
+
+BREAKDOWN_COLUMNS = [
+    "rank",
+    "cycle",
+    "phase",
+    "start_ns",
+    "wall_ns",
+    "forward_ns",
+    "allreduce_ns",
+    "overhead_ns",
+    "graph_replayed",
+    "graph_kernel_frac",
+    "allreduce_impl",
+    "kernels",
+    "approximate",
+    "accept_len",
+    "end_ns",
+    "cpu_ns",
+    "unattributed_ns",
+    "graph_launches",
+    "device_end_ns",
+]
+
+
+def _labels(names: list[str], table: ImplTable, *, rocm: bool) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"name": names, "label": [table.classify(n, rocm=rocm) for n in names]},
+        schema={"name": pl.String, "label": pl.String},
+    )
+
+
+def _top(rp: RankPhases) -> pl.DataFrame:
+    return rp.instances.filter((pl.col("depth") == 0) & (pl.col("cycle") >= 0))
+
+
+def _window_start(rp: RankPhases) -> int:
+    top = _top(rp)
+    starts = [int(v) for v in (rp.cycles["start_ns"].min(), top["start_ns"].min()) if v is not None]
+    return min(starts)
+
+
+def _attribute_by_thread(launches: pl.DataFrame, top: pl.DataFrame) -> pl.DataFrame:
+    """Add `inst`: the top-level instance on the same (pid, tid) whose range contains `ts`."""
+    ranges = top.select(
+        pl.col("pid").cast(pl.Int64),
+        pl.col("tid").cast(pl.Int64),
+        pl.col("start_ns").alias("_is"),
+        pl.col("end_ns").alias("_ie"),
+        pl.col("inst").alias("_inst"),
+    ).sort("_is")
+    joined = launches.with_columns(pl.col("pid").cast(pl.Int64), pl.col("tid").cast(pl.Int64))
+    joined = joined.sort("ts").join_asof(
+        ranges,
+        left_on="ts",
+        right_on="_is",
+        by=["pid", "tid"],
+        strategy="backward",
+        check_sortedness=False,  # sorted by time; polars cannot check it per group
+    )
+    inside = pl.col("_inst").is_not_null() & (pl.col("ts") <= pl.col("_ie"))
+    return joined.with_columns(pl.when(inside).then(pl.col("_inst")).alias("inst")).drop(
+        "_is", "_ie", "_inst"
+    )
+
+
+def _attribute_by_time(rows: pl.DataFrame, top: pl.DataFrame) -> pl.DataFrame:
+    ranges = top.select(
+        pl.col("start_ns").alias("_is"),
+        pl.col("end_ns").alias("_ie"),
+        pl.col("inst").alias("_inst"),
+    ).sort("_is")
+    joined = rows.sort("start_ns").join_asof(ranges, left_on="start_ns", right_on="_is")
+    inside = pl.col("_inst").is_not_null() & (pl.col("start_ns") < pl.col("_ie"))
+    return joined.with_columns(pl.when(inside).then(pl.col("_inst")).alias("inst")).drop(
+        "_is", "_ie", "_inst"
+    )
+
+
+def _exact(run_dir: Path, rp: RankPhases, table: ImplTable) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(split per instance, per-instance extras: graph_launches, allreduce_impl)."""
+    events = _load.scan_events(run_dir, rp.rank)
+    assert events is not None  # exact mode is chosen only when the rank has events
+    top = _top(rp)
+    gpu = (
+        events.filter(pl.col("cat").is_in(_load.GPU_CATS) & (pl.col("ph") == "X"))
+        .select(
+            pl.col("name").cast(pl.String),
+            (pl.col("cat") == "kernel").alias("kernel"),
+            "start_ns",
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+            "correlation",
+            pl.col("graph_launched").fill_null(False),
+        )
+        .collect()
+    )
+    runtime = (
+        events.filter(pl.col("cat").is_in(_load.RUNTIME_CATS))
+        .select(
+            pl.col("name").cast(pl.String),
+            "pid",
+            "tid",
+            pl.col("start_ns").alias("ts"),
+            "correlation",
+        )
+        .collect()
+    )
+    rocm = bool(runtime.height) and bool(runtime["name"].unique().str.starts_with("hip").any())
+    if gpu.height == 0:
+        return _cpu_intervals(events, top, table)
+    launches = _attribute_by_thread(runtime, top)
+    is_graph = pl.col("name").str.contains(_load.GRAPH_LAUNCH)
+    graph_launches = (
+        launches.filter(is_graph & pl.col("inst").is_not_null())
+        .group_by("inst")
+        .agg(pl.len().cast(pl.Int64).alias("graph_launches"))
+    )
+    graph_corr = launches.filter(is_graph).select("correlation").unique()
+    by_corr = (
+        launches.filter(pl.col("correlation").is_not_null())
+        .unique("correlation", keep="first")
+        .select("correlation", "inst")
+    )
+    labels = _labels(gpu["name"].unique().to_list(), table, rocm=rocm)
+    intervals = (
+        gpu.join(by_corr, on="correlation", how="left")
+        .join(labels, on="name", how="left")
+        .join(graph_corr.with_columns(pl.lit(True).alias("_g")), on="correlation", how="left")
+        .with_columns(
+            pl.col("label").is_not_null().alias("comm"),
+            (pl.col("graph_launched") | pl.col("_g").fill_null(False)).alias("graph"),
+        )
+    )
+    return _finish_intervals(intervals, rp, graph_launches)
+
+
+def _cpu_intervals(
+    events: pl.LazyFrame, top: pl.DataFrame, table: ImplTable
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    ops = (
+        events.filter((pl.col("cat") == "cpu_op") & (pl.col("ph") == "X"))
+        .select(
+            pl.col("name").cast(pl.String),
+            "pid",
+            "tid",
+            "start_ns",
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        )
+        .sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over("pid", "tid").alias("_prev"))
+        .filter(pl.col("_prev").is_null() | (pl.col("start_ns") >= pl.col("_prev")))
+        .drop("_prev")
+        .collect()
+    )
+    ann = (
+        events.filter((pl.col("cat") == "user_annotation") & (pl.col("ph") == "X"))
+        .select(
+            pl.col("name").cast(pl.String),
+            "pid",
+            "tid",
+            "start_ns",
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        )
+        .collect()
+    )
+    names = sorted(set(ops["name"].unique().to_list()) | set(ann["name"].unique().to_list()))
+    labels = _labels(names, table, rocm=False)
+    ann = ann.join(labels, on="name", how="inner").filter(
+        pl.col("label").is_not_null() & ~pl.col("name").str.starts_with("tracekit/")
+    )
+    rows = pl.concat([ops.join(labels, on="name", how="left"), ann], how="vertical_relaxed")
+    rows = _attribute_by_time(rows, top).with_columns(
+        pl.col("label").is_not_null().alias("comm"),
+        pl.lit(False).alias("graph"),
+        pl.lit(True).alias("kernel"),
+    )
+    empty = pl.DataFrame(schema={"inst": pl.Int64, "graph_launches": pl.Int64})
+    return _finish_intervals(rows, None, empty)
+
+
+def _finish_intervals(
+    intervals: pl.DataFrame, rp: RankPhases | None, graph_launches: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    impl = (
+        intervals.filter(pl.col("comm") & pl.col("inst").is_not_null())
+        .group_by("inst")
+        .agg(pl.col("label").unique().alias("_labels"))
+    )
+    impl = impl.with_columns(
+        pl.col("_labels")
+        .map_elements(combine_labels, return_dtype=pl.String)
+        .alias("allreduce_impl")
+    ).drop("_labels")
+    extras = graph_launches.join(impl, on="inst", how="full", coalesce=True)
+    cols = intervals.select(
+        "start_ns",
+        "end_ns",
+        pl.col("inst").cast(pl.Int64),
+        "comm",
+        "graph",
+        "kernel",
+        pl.col("name").cast(pl.String),
+        pl.col("label").cast(pl.String),
+    )
+    return cols, extras
+
+
+def _light(rp: RankPhases) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Pieces of each top-level phase's span: allreduce sub-phases, the rest forward."""
+    inst = rp.instances
+    has_gpu = pl.col("gpu_start_ns").is_not_null() & pl.col("gpu_end_ns").is_not_null()
+    spans = inst.with_columns(
+        pl.when(has_gpu).then(pl.col("gpu_start_ns")).otherwise(pl.col("start_ns")).alias("_s"),
+        pl.when(has_gpu).then(pl.col("gpu_end_ns")).otherwise(pl.col("end_ns")).alias("_e"),
+    )
+    tops = spans.filter((pl.col("depth") == 0) & (pl.col("cycle") >= 0))
+    subs = spans.filter((pl.col("depth") > 0) & (pl.col("phase") == "allreduce"))
+    sub_by_top: dict[int, list[tuple[int, int]]] = {}
+    for t, s, e in subs.select("top", "_s", "_e").iter_rows():
+        sub_by_top.setdefault(t, []).append((s, e))
+    rows: list[tuple[int, int, int, bool]] = []
+    for i, phase, s, e in tops.select("inst", "phase", "_s", "_e").iter_rows():
+        if phase == "allreduce":
+            rows.append((s, e, i, True))
+            continue
+        cursor = s
+        for cs, ce in sorted(sub_by_top.get(i, [])):
+            cs, ce = max(cs, cursor), min(ce, e)
+            if ce <= cs:
+                continue
+            if cs > cursor:
+                rows.append((cursor, cs, i, False))
+            rows.append((cs, ce, i, True))
+            cursor = ce
+        if e > cursor:
+            rows.append((cursor, e, i, False))
+    intervals = pl.DataFrame(
+        rows,
+        schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "inst": pl.Int64, "comm": pl.Boolean},
+        orient="row",
+    ).with_columns(
+        pl.lit(False).alias("graph"),
+        pl.lit(False).alias("kernel"),
+        pl.lit(None, dtype=pl.String).alias("name"),
+        pl.lit(None, dtype=pl.String).alias("label"),
+    )
+    replays = spans.group_by("top").agg(pl.col("graph_replays").fill_null(0).sum().alias("_r"))
+    extras = replays.select(
+        pl.col("top").alias("inst"),
+        pl.col("_r").cast(pl.Int64).alias("graph_launches"),
+        pl.lit(None, dtype=pl.String).alias("allreduce_impl"),
+    )
+    return intervals, extras
+
+
+def rank_intervals(
+    run_dir: Path, rp: RankPhases, table: ImplTable
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(device intervals with their instance, per-instance graph launches and allreduce impl).
+
+    Interval columns: start_ns, end_ns, inst, comm, graph, kernel, name, label."""
+    return _light(rp) if rp.approximate else _exact(run_dir, rp, table)
+
+
+def rank_breakdown(
+    run_dir: Path,
+    rp: RankPhases,
+    table: ImplTable,
+    intervals: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+) -> pl.DataFrame:
+    """Breakdown rows (BREAKDOWN_COLUMNS) of one rank's top-level phase instances."""
+    ivals, extras = intervals or rank_intervals(run_dir, rp, table)
+    parts = split(ivals, _window_start(rp))
+    top = _top(rp).select("inst", "rank", "cycle", "phase", "start_ns", "end_ns")
+    accept = rp.cycles.select("cycle", "accept_len")
+    zero = pl.lit(0, dtype=pl.Int64)
+    busy = pl.col("forward_ns") + pl.col("allreduce_ns")
+    out = (
+        top.join(parts, on="inst", how="left")
+        .join(extras, on="inst", how="left")
+        .join(accept.unique("cycle", keep="first"), on="cycle", how="left")
+        .with_columns(
+            *[pl.col(c).fill_null(zero) for c in ("forward_ns", "allreduce_ns", "overhead_ns")],
+            pl.col("unattributed_ns").fill_null(zero),
+            pl.col("kernels").fill_null(zero),
+            pl.col("graph_launches").fill_null(zero),
+        )
+        .with_columns(
+            (pl.col("forward_ns") + pl.col("allreduce_ns") + pl.col("overhead_ns")).alias(
+                "wall_ns"
+            ),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("cpu_ns"),
+            (pl.col("graph_launches") > 0).alias("graph_replayed"),
+            pl.when(pl.lit(rp.approximate) | (busy == 0))
+            .then(None)
+            .otherwise(pl.col("graph_ns").fill_null(zero) / busy)
+            .alias("graph_kernel_frac"),
+            pl.lit(rp.approximate).alias("approximate"),
+        )
+    )
+    return out.select(BREAKDOWN_COLUMNS).sort("start_ns")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The breakdown of a run and its cycles (see `cycle_frame`)."""
+
+    breakdown: pl.DataFrame
+    cycles: pl.DataFrame
+    unknown_comm: list[str]  # communication-looking names no implementation entry matched
+
+
+def analyze(
+    run_dir: Path,
+    *,
+    rules: Path | RuleTable | None = None,
+    impl_table: Path | ImplTable | None = None,
+) -> Analysis:
+    run_dir = Path(run_dir)
+    rule_table = rules if isinstance(rules, RuleTable) else load_rules(rules)
+    table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
+    bds, cycs = [], []
+    unknown: set[str] = set()
+    for rp in all_rank_phases(run_dir, rule_table):
+        ivals = rank_intervals(run_dir, rp, table)
+        unknown.update(ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().to_list())
+        bd = rank_breakdown(run_dir, rp, table, ivals)
+        bds.append(bd)
+        cycs.append(cycle_frame(bd, rp.cycles))
+    return Analysis(
+        breakdown=pl.concat(bds, how="vertical_relaxed").sort("rank", "cycle", "start_ns"),
+        cycles=pl.concat(cycs, how="vertical_relaxed").sort("rank", "cycle"),
+        unknown_comm=sorted(unknown),
+    )
+
+
+def breakdown(
+    run_dir: Path,
+    *,
+    rules: Path | RuleTable | None = None,
+    impl_table: Path | ImplTable | None = None,
+) -> pl.DataFrame:
+    """Every top-level phase instance of every rank, with DESIGN's breakdown fields plus
+    `approximate`, `accept_len` and a few more (BREAKDOWN_COLUMNS)."""
+    return analyze(run_dir, rules=rules, impl_table=impl_table).breakdown
+
+
+def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, cycle) of one rank: wall_ns (sum of its phases), device_end_ns, and span_ns:
+    from the previous cycle's device end (first cycle: its CPU start) to its own device end."""
+    per = bd.group_by("rank", "cycle").agg(
+        pl.col("wall_ns").sum(),
+        pl.col("device_end_ns").max(),
+        pl.col("approximate").any(),
+        pl.len().alias("phases"),
+    )
+    cyc = (
+        cycles.select("rank", "cycle", pl.col("start_ns").alias("cpu_start_ns"), "accept_len")
+        .unique(["rank", "cycle"], keep="first")
+        .join(per, on=["rank", "cycle"], how="inner")
+        .sort("cycle")
+    )
+    prev = pl.col("device_end_ns").shift(1)
+    return cyc.with_columns(
+        (pl.col("device_end_ns") - prev.fill_null(pl.col("cpu_start_ns"))).alias("span_ns")
+    )

@@ -1,0 +1,61 @@
+"""Top kernels (or, on CPU-only ranks, top-level ops) of each phase, all ranks together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from tracekit.analyzers.allreduce import load_impl_table
+from tracekit.analyzers.breakdown import rank_intervals
+from tracekit.analyzers.phases import all_rank_phases
+from tracekit.analyzers.rules import load_rules
+
+
+def top_kernels(
+    run_dir: Path, n: int = 10, *, rules: Path | None = None, impl_table: Path | None = None
+) -> pl.DataFrame:
+    """Per phase the `n` names with the most summed duration: phase, name, count, total_ns,
+    allreduce_impl (the implementation label of communication kernels, else null).
+
+    Durations are each activity's own (start to end, overlaps counted twice), unlike the
+    breakdown's device-timeline shares."""
+    table = load_impl_table(impl_table)
+    frames = []
+    for rp in all_rank_phases(Path(run_dir), load_rules(rules)):
+        if rp.approximate:
+            continue
+        ivals, _ = rank_intervals(Path(run_dir), rp, table)
+        phases = rp.instances.select("inst", "phase")
+        frames.append(
+            ivals.filter(pl.col("inst").is_not_null())
+            .join(phases, on="inst", how="inner")
+            .select("phase", "name", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"), "label")
+        )
+    schema = {
+        "phase": pl.String,
+        "name": pl.String,
+        "count": pl.Int64,
+        "total_ns": pl.Int64,
+        "allreduce_impl": pl.String,
+    }
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    return (
+        pl.concat(frames)
+        .group_by("phase", "name")
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("dur").sum().alias("total_ns"),
+            pl.col("label").first().alias("allreduce_impl"),
+        )
+        .sort(["phase", "total_ns", "name"], descending=[False, True, False])
+        .group_by("phase", maintain_order=True)
+        .head(n)
+        .select(list(schema))
+    )
+
+
+def unknown_comm(run_dir: Path, **kwargs: Path | None) -> list[str]:
+    """Names that look like communication but match no implementation entry."""
+    tk = top_kernels(run_dir, n=1_000_000, **kwargs)
+    return sorted(set(tk.filter(pl.col("allreduce_impl") == "unknown")["name"].to_list()))

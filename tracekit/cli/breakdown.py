@@ -1,0 +1,149 @@
+"""`tracekit breakdown RUN_DIR`: forward / allreduce / overhead of every phase instance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tracekit.cli._analysis import echo_json, fmt, json_option, ms, rules_option, run_dir_argument
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tracekit.analyzers.breakdown import Analysis
+
+# The DESIGN fields first, then tracekit's extras.
+INSTANCE_FIELDS = [
+    "rank",
+    "cycle",
+    "phase",
+    "start_ns",
+    "wall_ns",
+    "forward_ns",
+    "allreduce_ns",
+    "overhead_ns",
+    "graph_replayed",
+    "graph_kernel_frac",
+    "allreduce_impl",
+    "kernels",
+    "approximate",
+    "accept_len",
+    "cpu_ns",
+    "unattributed_ns",
+    "graph_launches",
+]
+_SUMS = ("wall_ns", "forward_ns", "allreduce_ns", "overhead_ns")
+_LABELS = {
+    "allreduce_ns": "allred",
+    "overhead_ns": "ovhd",
+    "forward_ns": "fwd",
+    "graph_replayed": "graph",
+    "graph_kernel_frac": "graph frac",
+    "graph_replayed_frac": "graph frac",
+    "allreduce_impl": "impl",
+}
+
+
+def grouped(analysis: Analysis, by: str | None) -> pl.DataFrame:
+    """The rows `tracekit breakdown` prints: instances, or sums per cycle, phase or rank."""
+    import polars as pl
+
+    bd = analysis.breakdown
+    if by is None:
+        return bd.select(INSTANCE_FIELDS)
+    if by == "cycle":
+        cyc = analysis.cycles.select("rank", "cycle", "span_ns", "accept_len")
+        return (
+            bd.group_by("rank", "cycle")
+            .agg(
+                pl.len().alias("phases"),
+                *[pl.col(c).sum() for c in _SUMS],
+                pl.col("graph_replayed").any(),
+                pl.col("approximate").any(),
+            )
+            .join(cyc, on=["rank", "cycle"], how="left")
+            .sort("rank", "cycle")
+        )
+    keys = ["phase"] if by == "phase" else ["rank"]
+    return (
+        bd.group_by(keys)
+        .agg(
+            pl.len().alias("instances"),
+            pl.col("cycle").n_unique().alias("cycles"),
+            *[pl.col(c).sum() for c in _SUMS],
+            pl.col("graph_replayed").cast(pl.Float64).mean().alias("graph_replayed_frac"),
+            pl.col("allreduce_impl").drop_nulls().unique().sort().str.join("+").alias("_impl"),
+            pl.col("approximate").any(),
+        )
+        .with_columns(
+            pl.when(pl.col("_impl") == "")
+            .then(None)
+            .otherwise(pl.col("_impl"))
+            .alias("allreduce_impl")
+        )
+        .drop("_impl")
+        .sort(keys)
+    )
+
+
+def render(rows: pl.DataFrame, by: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = "Breakdown per phase instance" if by is None else f"Breakdown by {by}"
+    table = Table(title=f"{title} (ms of the device timeline)")
+    ms_cols = {"start_ns"} | set(_SUMS) | {"cpu_ns", "unattributed_ns", "span_ns"}
+    hidden = {
+        "start_ns",
+        "approximate",
+        "cpu_ns",
+        "unattributed_ns",
+        "graph_launches",
+        "accept_len",
+    }
+    cols = [c for c in rows.columns if c not in hidden or (by is not None and c == "accept_len")]
+    for c in cols:
+        label = _LABELS.get(c, c.removesuffix("_ns")) + (" ms" if c in ms_cols else "")
+        table.add_column(label, justify="left" if c in ("phase", "allreduce_impl") else "right")
+    for row in rows.iter_rows(named=True):
+        table.add_row(*[ms(row[c]) if c in ms_cols else fmt(row[c]) for c in cols])
+    console = Console()
+    console.print(table)
+    if rows.height and bool(rows["approximate"].any()):
+        console.print("Approximate: light-mode records (CUDA events / CPU clocks), not a trace.")
+
+
+@click.command(name="breakdown")
+@run_dir_argument
+@json_option
+@click.option(
+    "--by",
+    type=click.Choice(["cycle", "phase", "rank"]),
+    default=None,
+    help="Sum per cycle (per rank), per phase name or per rank instead of one row an instance.",
+)
+@rules_option
+def command(
+    run_dir: Path, as_json: bool, by: str | None, rules: Path | None, impl_table: Path | None
+) -> None:
+    """Forward / allreduce / overhead of every phase instance.
+
+    Each phase's wall time is its share of the device timeline: forward (compute) +
+    allreduce (communication kernels) + overhead (idle before its work), so the phases of a
+    cycle add up to the cycle. See docs/DEFINITIONS.md.
+
+    \b
+    Example:
+        tracekit breakdown runs/demo
+        tracekit breakdown runs/demo --by phase --json
+    """
+    from tracekit.analyzers.breakdown import analyze
+
+    rows = grouped(analyze(run_dir, rules=rules, impl_table=impl_table), by)
+    if as_json:
+        payload: list[dict[str, Any]] = rows.to_dicts()
+        echo_json(payload)
+    else:
+        render(rows, by)
