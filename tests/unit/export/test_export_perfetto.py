@@ -1,0 +1,184 @@
+"""Read the written .pftrace back (protobuf only, no binary) and check it against the store."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.outputs_synth import FILL, GEMM, NCCL, make_run
+from tests.pftrace_read import ReadBack, read_back
+from tracekit.errors import InputError, StoreError
+from tracekit.export.perfetto import export, write_perfetto
+from tracekit.store.reader import read_table
+
+
+def _rank_tracks(rb: ReadBack) -> dict[int, int]:
+    """rank -> process track uuid."""
+    out = {}
+    for uuid, d in rb.processes().items():
+        out[int(d.process.process_name.split()[1])] = uuid
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ReadBack]:
+    run_dir = tmp_path_factory.mktemp("run")
+    make_run(run_dir, ranks=2, cycles=4)
+    out = write_perfetto(run_dir, run_dir / "t.pftrace", flows=True)
+    return run_dir, read_back(out)
+
+
+def test_every_slice_pairs_and_every_track_is_declared(run: tuple[Path, ReadBack]) -> None:
+    _, rb = run
+    assert rb.unmatched_ends == 0
+    assert rb.unclosed == 0
+
+
+def test_one_process_per_rank_named_with_rank_host_pid(run: tuple[Path, ReadBack]) -> None:
+    _, rb = run
+    names = sorted(d.process.process_name for d in rb.processes().values())
+    assert names == ["rank 0 · node-a · pid 4000", "rank 1 · node-a · pid 4001"]
+    assert len({d.process.pid for d in rb.processes().values()}) == 2
+
+
+def test_kernels_all_present_with_exact_times_and_overlaps_on_lanes(
+    run: tuple[Path, ReadBack],
+) -> None:
+    run_dir, rb = run
+    events = read_table(run_dir, "events")
+    for rank, proc in _rank_tracks(rb).items():
+        # GIVEN the store's kernels of this rank
+        kernels = events.filter((pl.col("rank") == rank) & (pl.col("cat") == "kernel"))
+        expected = Counter(
+            (n, s, s + d)
+            for n, s, d in kernels.select(
+                pl.col("name").cast(pl.String), "start_ns", "dur_ns"
+            ).iter_rows()
+        )
+        # WHEN reading the slices under the rank's GPU track
+        gpu = [
+            u
+            for u in rb.children(proc)
+            if rb.track_name(u).startswith("GPU ") and not rb.tracks[u].HasField("counter")
+        ]
+        assert [rb.track_name(u) for u in gpu] == [f"GPU {rank}"]
+        under = rb.under(gpu[0])
+        got = Counter((s.name, s.start, s.end) for s in rb.slices if s.track in under)
+        # THEN nothing is dropped or moved, and the overlapping draft kernels sit on a lane
+        assert got == expected
+        lanes = sorted(rb.track_name(u) for u in rb.children(gpu[0]))
+        assert lanes == ["stream 7", "stream 7 · lane 1"]
+        lane1 = next(u for u in rb.children(gpu[0]) if rb.track_name(u) == "stream 7 · lane 1")
+        assert sum(1 for s in rb.slices if s.track == lane1) == 4  # one overlap a cycle
+    assert {s.name for s in rb.slices} >= {GEMM, FILL, NCCL}
+
+
+def test_cpu_threads_and_phases_cycles_tracks(run: tuple[Path, ReadBack]) -> None:
+    run_dir, rb = run
+    for rank, proc in _rank_tracks(rb).items():
+        kids = {rb.track_name(u): u for u in rb.children(proc)}
+        assert {"cycles", "phases", f"GPU {rank}", f"thread {4000 + rank}"} <= set(kids)
+        cyc = [s for s in rb.slices if s.track == kids["cycles"]]
+        table = read_table(run_dir, "cycles", rank=rank).sort("cycle")
+        assert [
+            (s.start, s.end, s.args["accept_len"]) for s in sorted(cyc, key=lambda s: s.start)
+        ] == list(table.select("start_ns", "end_ns", "accept_len").iter_rows())
+        ph = [s for s in rb.slices if s.track == kids["phases"]]
+        assert Counter(s.name for s in ph) == {"draft": 4, "verify": 4}
+        cpu = [s for s in rb.slices if s.track == kids[f"thread {4000 + rank}"]]
+        assert Counter(s.name for s in cpu) == {
+            "tracekit/cycle": 4,
+            "tracekit/draft": 4,
+            "tracekit/verify": 4,
+            "aten::mm": 12,
+            "cudaLaunchKernel": 28,
+        }
+
+
+def test_flows_one_id_per_kernel_from_its_launch(run: tuple[Path, ReadBack]) -> None:
+    _, rb = run
+    kernel_flows = [f for s in rb.slices if s.name in (GEMM, FILL, NCCL) for f in s.flows]
+    launch_flows = [f for s in rb.slices if s.name == "cudaLaunchKernel" for f in s.flows]
+    assert len(kernel_flows) == 2 * 4 * 7
+    assert len(set(kernel_flows)) == len(kernel_flows)  # a flow id never forks
+    assert sorted(launch_flows) == sorted(kernel_flows)
+    # each kernel's flow starts at the launch with the same correlation id
+    by_flow = {f: s for s in rb.slices if s.name == "cudaLaunchKernel" for f in s.flows}
+    for s in rb.slices:
+        if s.flows and s.name != "cudaLaunchKernel":
+            assert by_flow[s.flows[0]].correlation == s.correlation
+
+
+def test_graph_launch_fans_out_with_one_flow_per_kernel(tmp_path: Path) -> None:
+    make_run(tmp_path, ranks=1, cycles=2, graph=True)
+    rb = read_back(write_perfetto(tmp_path, tmp_path / "g.pftrace", flows=True))
+    launches = [s for s in rb.slices if s.name == "cudaGraphLaunch"]
+    assert [len(s.flows) for s in launches] == [4, 4]
+    assert len({f for s in launches for f in s.flows}) == 8
+
+
+def test_counters_become_counter_tracks(run: tuple[Path, ReadBack]) -> None:
+    run_dir, rb = run
+    counters = read_table(run_dir, "counters")
+    tracks = {rb.track_name(u): u for u, d in rb.tracks.items() if d.HasField("counter")}
+    assert len(tracks) == 6  # 2 ranks x 3 metrics, one name each (the GPU index is the rank)
+    assert rb.tracks[tracks["GPU 0 power_w"]].counter.unit_name == "W"
+    got = sorted(v for ts, v in rb.counters[tracks["GPU 1 power_w"]])
+    want = sorted(
+        counters.filter((pl.col("rank") == 1) & (pl.col("metric").cast(pl.String) == "power_w"))[
+            "value"
+        ].to_list()
+    )
+    assert got == want
+
+
+def test_names_are_interned_once_per_rank(run: tuple[Path, ReadBack]) -> None:
+    run_dir, _ = run
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    t = Trace()
+    t.ParseFromString((run_dir / "t.pftrace").read_bytes())
+    interned = Counter(
+        (p.trusted_packet_sequence_id, n.name)
+        for p in t.packet
+        for n in p.interned_data.event_names
+    )
+    assert interned[(2, GEMM)] == 1
+    assert max(interned.values()) == 1
+    assert not any(
+        p.track_event.name
+        for p in t.packet
+        if p.track_event.type in (1, 2) and p.trusted_packet_sequence_id > 1
+    )
+
+
+def test_metadata_records_versions(run: tuple[Path, ReadBack]) -> None:
+    _, rb = run
+    meta = next(s for s in rb.instants if s.name == "tracekit run")
+    assert meta.args["schema_version"] == 1
+    assert meta.args["tracekit_version"]
+
+
+def test_light_run_without_events_still_has_phases(tmp_path: Path) -> None:
+    make_run(tmp_path, ranks=1, cycles=3, events=False, counters=False)
+    stats = export(tmp_path, tmp_path / "l.pftrace")
+    rb = read_back(stats.path)
+    assert Counter(s.name for s in rb.slices) == {
+        "draft": 3,
+        "verify": 3,
+        "cycle 0": 1,
+        "cycle 1": 1,
+        "cycle 2": 1,
+    }
+
+
+def test_bad_inputs_raise_tracekit_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a run directory"):
+        write_perfetto(tmp_path / "nope", tmp_path / "x.pftrace")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreError, match="tracekit ingest"):
+        write_perfetto(tmp_path / "empty", tmp_path / "x.pftrace")
+    assert not (tmp_path / "x.pftrace").exists()

@@ -1,0 +1,833 @@
+"""Write a run directory as one native Perfetto trace (`.pftrace`, protobuf).
+
+Layout, per rank (one process each, named `rank R · HOST · pid PID`):
+
+- `cycles`: one slice a cycle (args: accept_len, wall/forward/allreduce/overhead ns summed
+  from the breakdown, graph_replayed, allreduce_impl);
+- `phases`: one slice a phase instance (args: its breakdown row: wall_ns, forward_ns,
+  allreduce_ns, overhead_ns, graph_replayed, graph_kernel_frac, allreduce_impl, kernels,
+  accept_len); nested phases below their parent;
+- `GPU D` with a child track a stream (`stream S`); kernels that overlap on a stream go to lane
+  tracks `stream S · lane K` (never dropped);
+- the rank's CPU threads (Kineto CPU events; partially overlapping ones on `· overlap K` tracks);
+- NVML counters, one counter track a (GPU, metric);
+- with `flows=True`, an arrow from each runtime call to each kernel it launched (one flow id a
+  kernel: a flow id cannot fork).
+
+All timestamps are the store's absolute ns, one time base for all ranks. Ranks are written one
+after the other, each on its own packet sequence with its own interned names, so memory is
+bounded by the largest rank. Descriptors, interning and slices with arguments are built with
+the `perfetto` package's `StreamingTraceProtoBuilder`; the bulk of plain slices (kernels, CPU
+ops) is encoded vectorised by `tracekit.export._pbenc`, the same framing, into the same file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracekit._version import __version__
+from tracekit.errors import InputError, StoreError, TracekitError
+from tracekit.export import _pbenc
+from tracekit.export._lanes import disjoint_lanes, nested_lanes, sweep_order
+from tracekit.store import reader
+from tracekit.store.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import polars as pl
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
+
+SLICE_BEGIN = 1
+SLICE_END = 2
+INSTANT = 3
+COUNTER = 4
+
+META_SEQUENCE = 1
+# Track uuids: rank r owns [(r + 1) << 32, (r + 2) << 32).
+_RANK_SHIFT = 32
+# Flow ids: rank r's GPU row i gets ((r + 1) << 40) + i + 1.
+_FLOW_SHIFT = 40
+
+COUNTER_UNITS = {
+    "sm_clock_mhz": "MHz",
+    "mem_clock_mhz": "MHz",
+    "power_w": "W",
+    "temperature_c": "°C",
+    "gpu_util_pct": "%",
+    "mem_util_pct": "%",
+}
+
+BREAKDOWN_ARGS = (
+    "wall_ns",
+    "forward_ns",
+    "allreduce_ns",
+    "overhead_ns",
+    "graph_replayed",
+    "graph_kernel_frac",
+    "allreduce_impl",
+    "kernels",
+    "accept_len",
+    "approximate",
+)
+
+
+@dataclass
+class ExportStats:
+    """What `write_perfetto` wrote (for the CLI and the tests)."""
+
+    path: Path
+    ranks: list[int] = field(default_factory=list)
+    slices: int = 0
+    kernel_lanes: int = 0
+    flows: int = 0
+    counters: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def write_perfetto(run_dir: Path, out_path: Path, *, flows: bool = False) -> Path:
+    """Write `run_dir` as a native Perfetto trace at `out_path`; return the path."""
+    return export(run_dir, out_path, flows=flows).path
+
+
+def export(run_dir: Path, out_path: Path, *, flows: bool = False) -> ExportStats:
+    """`write_perfetto`, returning what was written."""
+    from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+
+    run_dir = Path(run_dir)
+    out_path = Path(out_path)
+    if not run_dir.is_dir():
+        msg = f"{run_dir}: not a run directory; give the directory `tracekit launch`, `tracekit demo` or `tracekit ingest -o` wrote"
+        raise InputError(msg)
+    tables = {
+        t: reader.has_table(run_dir, t)
+        for t in ("events", "phases", "cycles", "counters", "manifests")
+    }
+    if not (tables["events"] or tables["phases"] or tables["cycles"]):
+        msg = (
+            f"{run_dir}: no `events`, `phases` or `cycles` table in the store; "
+            "create it with `tracekit ingest TRACES -o RUN_DIR` or `tracekit merge RUN_DIR`"
+        )
+        raise StoreError(msg)
+    all_ranks = sorted(
+        {r for t, present in tables.items() if present for r in reader.ranks(run_dir, t)}
+    )
+    stats = ExportStats(path=out_path, ranks=all_ranks)
+    context = _RunContext.load(run_dir, tables, stats)
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            builder = StreamingTraceProtoBuilder(f)
+            writer = _Writer(f, builder)
+            writer.metadata(run_dir, context, stats)
+            for rank in all_ranks:
+                _RankExport(writer, context, run_dir, rank, flows=flows, stats=stats).write()
+        tmp.replace(out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return stats
+
+
+# --------------------------------------------------------------------------------------------
+# run-wide inputs
+
+
+@dataclass
+class _RunContext:
+    tables: dict[str, bool]
+    processes: dict[int, dict[str, str]]
+    phases: pl.DataFrame | None
+    breakdown: pl.DataFrame | None
+
+    @classmethod
+    def load(cls, run_dir: Path, tables: dict[str, bool], stats: ExportStats) -> _RunContext:
+        import polars as pl
+
+        processes: dict[int, dict[str, str]] = {}
+        if tables["manifests"]:
+            man = reader.read_table(run_dir, "manifests").filter(pl.col("section") == "process")
+            for row in man.iter_rows(named=True):
+                processes.setdefault(int(row["rank"]), {})[str(row["key"])] = str(row["value"])
+
+        phases: pl.DataFrame | None = None
+        try:
+            from tracekit.analyzers.phases import phase_instances
+
+            phases = phase_instances(run_dir)
+        except ImportError:
+            if tables["phases"]:
+                phases = reader.read_table(run_dir, "phases").select(
+                    "rank", "cycle", "phase", "start_ns", "end_ns", "depth", "parent"
+                )
+        except TracekitError as exc:
+            stats.notes.append(f"phases unavailable: {exc}")
+
+        breakdown: pl.DataFrame | None = None
+        try:
+            from tracekit.analyzers.breakdown import breakdown as compute_breakdown
+
+            breakdown = compute_breakdown(run_dir)
+        except ImportError:
+            stats.notes.append(
+                "breakdown unavailable: tracekit.analyzers.breakdown is not installed"
+            )
+        except TracekitError as exc:
+            stats.notes.append(f"breakdown unavailable: {exc}")
+        return cls(tables=tables, processes=processes, phases=phases, breakdown=breakdown)
+
+
+# --------------------------------------------------------------------------------------------
+# packet writing
+
+
+class _Writer:
+    """Writes packets through the perfetto builder, and pre-encoded bulk packets beside them."""
+
+    def __init__(self, f: IO[bytes], builder: Any) -> None:
+        self.f = f
+        self.builder = builder
+
+    def packet(self, sequence: int, *, first: bool = False, ts: int | None = None) -> TracePacket:
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
+
+        p: TracePacket = self.builder.create_packet()
+        p.trusted_packet_sequence_id = sequence
+        if first:
+            p.first_packet_on_sequence = True
+            p.previous_packet_dropped = 1
+            p.sequence_flags = (
+                TracePacket.SEQ_INCREMENTAL_STATE_CLEARED | TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+            )
+        else:
+            p.sequence_flags = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        if ts is not None:
+            p.timestamp = ts
+        return p
+
+    def write(self, p: TracePacket) -> None:
+        self.builder.write_packet(p)
+
+    def raw(self, data: bytes | memoryview) -> None:
+        self.f.write(data)
+
+    def metadata(self, run_dir: Path, context: _RunContext, stats: ExportStats) -> None:
+        """An instant on a `tracekit` track: version, schema, run, notes (what is missing)."""
+        uuid = 1
+        p = self.packet(META_SEQUENCE, first=True)
+        d = p.track_descriptor
+        d.uuid = uuid
+        d.name = "tracekit"
+        self.write(p)
+        ts = _first_ts(run_dir, context.tables)
+        e = self.packet(META_SEQUENCE, ts=ts)
+        e.track_event.type = INSTANT
+        e.track_event.track_uuid = uuid
+        e.track_event.name = "tracekit run"
+        _annotate(
+            e,
+            {
+                "tracekit_version": __version__,
+                "schema_version": SCHEMA_VERSION,
+                "run_dir": str(run_dir),
+                "ranks": len(stats.ranks),
+                "notes": "; ".join(stats.notes) or "none",
+            },
+        )
+        self.write(e)
+
+
+def _annotate(p: TracePacket, args: dict[str, Any]) -> None:
+    for key, val in args.items():
+        if val is None:
+            continue
+        if isinstance(val, float) and val != val:  # NaN: leave out
+            continue
+        a = p.track_event.debug_annotations.add()
+        a.name = key
+        if isinstance(val, bool | np.bool_):
+            a.bool_value = bool(val)
+        elif isinstance(val, int | np.integer):
+            a.int_value = int(val)
+        elif isinstance(val, float | np.floating):
+            a.double_value = float(val)
+        else:
+            a.string_value = str(val)
+
+
+def _first_ts(run_dir: Path, tables: dict[str, bool]) -> int:
+    import polars as pl
+
+    best: int | None = None
+    for table, col in (("events", "start_ns"), ("phases", "start_ns"), ("cycles", "start_ns")):
+        if tables.get(table):
+            v = reader.scan_table(run_dir, table).select(pl.col(col).min()).collect().item()
+            if v is not None:
+                best = int(v) if best is None else min(best, int(v))
+    return best or 0
+
+
+# --------------------------------------------------------------------------------------------
+# one rank
+
+
+@dataclass
+class _Slices:
+    """Slices bound for one track, in the caller's order."""
+
+    track: int
+    start: np.ndarray
+    end: np.ndarray
+    name_iid: np.ndarray
+    correlation: np.ndarray | None = None
+    flow: np.ndarray | None = None
+    instant: np.ndarray | None = None  # bool: instant events (no end)
+    special: np.ndarray | None = None  # int: index into the special packets, -1 for none
+
+
+class _RankExport:
+    def __init__(
+        self,
+        writer: _Writer,
+        context: _RunContext,
+        run_dir: Path,
+        rank: int,
+        *,
+        flows: bool,
+        stats: ExportStats,
+    ) -> None:
+        self.w = writer
+        self.ctx = context
+        self.run_dir = run_dir
+        self.rank = rank
+        self.flows = flows
+        self.stats = stats
+        self.seq = rank + 2
+        self.base = (rank + 1) << _RANK_SHIFT
+        self.next_uuid = self.base + 1
+        self.names: dict[str, int] = {}
+        self.pending_names: list[tuple[int, str]] = []
+        self.first = True
+        # special packets: (begin args, flow ids) for slices that need protobuf objects
+        self.special_args: list[dict[str, Any]] = []
+        self.special_flows: list[list[int]] = []
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def uuid(self) -> int:
+        u = self.next_uuid
+        self.next_uuid += 1
+        return u
+
+    def intern(self, names: list[str]) -> np.ndarray:
+        out = np.empty(len(names), dtype=np.int64)
+        for i, n in enumerate(names):
+            iid = self.names.get(n)
+            if iid is None:
+                iid = len(self.names) + 1
+                self.names[n] = iid
+                self.pending_names.append((iid, n))
+            out[i] = iid
+        return out
+
+    def intern_column(self, names: pl.Series) -> np.ndarray:
+        """iids for a string column: Python work only once per distinct name."""
+        import polars as pl
+
+        names = names.cast(pl.String).fill_null("")
+        uniq = names.unique(maintain_order=True)
+        iids = self.intern(uniq.to_list())
+        return names.replace_strict(
+            uniq, pl.Series(iids, dtype=pl.Int64), return_dtype=pl.Int64
+        ).to_numpy()
+
+    def packet(self, ts: int | None = None) -> TracePacket:
+        p = self.w.packet(self.seq, first=self.first, ts=ts)
+        self.first = False
+        if self.pending_names:
+            for iid, name in self.pending_names:
+                entry = p.interned_data.event_names.add()
+                entry.iid = iid
+                entry.name = name
+            self.pending_names = []
+        return p
+
+    def descriptor(
+        self,
+        name: str,
+        *,
+        parent: int | None = None,
+        rank_order: int | None = None,
+        counter_unit: str | None = None,
+    ) -> int:
+        uuid = self.uuid()
+        p = self.packet()
+        d = p.track_descriptor
+        d.uuid = uuid
+        d.name = name
+        if parent is not None:
+            d.parent_uuid = parent
+        if rank_order is not None:
+            d.sibling_order_rank = rank_order
+        d.sibling_merge_behavior = d.SIBLING_MERGE_BEHAVIOR_NONE
+        if counter_unit is not None:
+            d.counter.unit_name = counter_unit
+        self.w.write(p)
+        return uuid
+
+    # -- the rank -----------------------------------------------------------------------------
+
+    def write(self) -> None:
+        import polars as pl
+
+        events = (
+            reader.read_table(self.run_dir, "events", rank=self.rank)
+            if self.ctx.tables["events"] and self.rank in reader.ranks(self.run_dir, "events")
+            else None
+        )
+        info = self.ctx.processes.get(self.rank, {})
+        pid = _int_or_none(info.get("pid"))
+        if pid is None and events is not None:
+            cpu_pids = events.filter(pl.col("stream").is_null() & pl.col("pid").is_not_null())[
+                "pid"
+            ]
+            if cpu_pids.len():
+                pid = int(cpu_pids.mode().sort()[0])
+        host = info.get("host", "")
+        label = (
+            f"rank {self.rank}"
+            + (f" · {host}" if host else "")
+            + (f" · pid {pid}" if pid is not None else "")
+        )
+
+        proc = self.uuid()
+        p = self.packet()
+        d = p.track_descriptor
+        d.uuid = proc
+        d.process.pid = 1_000_000 + self.rank  # unique per rank even across hosts
+        d.process.process_name = label
+        d.child_ordering = d.EXPLICIT
+        self.w.write(p)
+
+        groups: list[_Slices] = []
+        groups += self.cycles(proc)
+        groups += self.phases(proc)
+        if events is not None:
+            groups += self.events(proc, events, pid)
+        self.emit(groups)
+        self.counters(proc)
+
+    def cycles(self, proc: int) -> list[_Slices]:
+        import polars as pl
+
+        bd = self._breakdown()
+        if self.ctx.tables["cycles"] and self.rank in reader.ranks(self.run_dir, "cycles"):
+            cyc = reader.read_table(self.run_dir, "cycles", rank=self.rank).select(
+                "cycle", "start_ns", "end_ns", "accept_len"
+            )
+        elif bd is not None and bd.height:
+            cyc = (
+                bd.group_by("cycle")
+                .agg(
+                    pl.col("start_ns").min(),
+                    (pl.col("start_ns") + pl.col("wall_ns")).max().alias("end_ns"),
+                    pl.col("accept_len").max()
+                    if "accept_len" in bd.columns
+                    else pl.lit(None).alias("accept_len"),
+                )
+                .sort("cycle")
+            )
+        else:
+            return []
+        if cyc.height == 0:
+            return []
+        sums: dict[int, dict[str, Any]] = {}
+        if bd is not None and bd.height:
+            agg = bd.group_by("cycle").agg(
+                pl.col("wall_ns").sum(),
+                pl.col("forward_ns").sum(),
+                pl.col("allreduce_ns").sum(),
+                pl.col("overhead_ns").sum(),
+                pl.col("graph_replayed").any(),
+                pl.col("allreduce_impl").drop_nulls().unique().sort().str.join(","),
+            )
+            for row in agg.iter_rows(named=True):
+                sums[int(row["cycle"])] = row
+        cyc = cyc.sort("start_ns")
+        track = self.descriptor("cycles", parent=proc, rank_order=0)
+        starts = cyc["start_ns"].to_numpy().astype(np.int64)
+        ends = np.maximum(cyc["end_ns"].to_numpy().astype(np.int64), starts)
+        names = [f"cycle {c}" for c in cyc["cycle"].to_list()]
+        special = np.empty(cyc.height, dtype=np.int64)
+        for i, row in enumerate(cyc.iter_rows(named=True)):
+            args: dict[str, Any] = {"cycle": row["cycle"], "accept_len": row["accept_len"]}
+            s = sums.get(int(row["cycle"]))
+            if s:
+                args.update(
+                    wall_ns=s["wall_ns"],
+                    forward_ns=s["forward_ns"],
+                    allreduce_ns=s["allreduce_ns"],
+                    overhead_ns=s["overhead_ns"],
+                    graph_replayed=s["graph_replayed"],
+                    allreduce_impl=s["allreduce_impl"] or None,
+                )
+            special[i] = self.add_special(args)
+        return self._lane_split(
+            track, proc, "cycles", starts, ends, self.intern(names), special=special, nested=False
+        )
+
+    def _breakdown(self) -> pl.DataFrame | None:
+        import polars as pl
+
+        bd = self.ctx.breakdown
+        if bd is None:
+            return None
+        return bd.filter(pl.col("rank") == self.rank)
+
+    def phases(self, proc: int) -> list[_Slices]:
+        import polars as pl
+
+        ph = self.ctx.phases
+        if ph is None:
+            return []
+        ph = ph.filter(pl.col("rank") == self.rank).sort("start_ns")
+        if ph.height == 0:
+            return []
+        bd = self._breakdown()
+        by_key: dict[tuple[int, str, int], dict[str, Any]] = {}
+        if bd is not None and bd.height:
+            bd = bd.sort("start_ns").with_columns(
+                pl.int_range(pl.len()).over("cycle", "phase").alias("_k")
+            )
+            for row in bd.iter_rows(named=True):
+                by_key[(int(row["cycle"]), str(row["phase"]), int(row["_k"]))] = row
+        top = ph.with_columns(
+            pl.when(pl.col("depth") == 0)
+            .then(pl.int_range(pl.len()).over("cycle", "phase", "depth"))
+            .otherwise(None)
+            .alias("_k")
+        )
+        track = self.descriptor("phases", parent=proc, rank_order=1)
+        starts = top["start_ns"].to_numpy().astype(np.int64)
+        ends = np.maximum(top["end_ns"].to_numpy().astype(np.int64), starts)
+        special = np.empty(top.height, dtype=np.int64)
+        for i, row in enumerate(top.iter_rows(named=True)):
+            args: dict[str, Any] = {"cycle": row["cycle"], "depth": row["depth"]}
+            if row.get("parent"):
+                args["parent"] = row["parent"]
+            if row["_k"] is not None and row["cycle"] is not None:
+                b = by_key.get((int(row["cycle"]), str(row["phase"]), int(row["_k"])))
+                if b is not None:
+                    args.update({k: b[k] for k in BREAKDOWN_ARGS if k in b})
+            special[i] = self.add_special(args)
+        names = [str(n) for n in top["phase"].to_list()]
+        return self._lane_split(
+            track, proc, "phases", starts, ends, self.intern(names), special=special, nested=True
+        )
+
+    def add_special(self, args: dict[str, Any], flows: list[int] | None = None) -> int:
+        self.special_args.append(args)
+        self.special_flows.append(flows or [])
+        return len(self.special_args) - 1
+
+    def _lane_split(
+        self,
+        track: int,
+        parent: int,
+        name: str,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        iids: np.ndarray,
+        *,
+        nested: bool,
+        special: np.ndarray | None = None,
+        correlation: np.ndarray | None = None,
+        flow: np.ndarray | None = None,
+        lane_prefix: str = "lane",
+        rank_order: int | None = None,
+    ) -> list[_Slices]:
+        lanes = nested_lanes(starts, ends) if nested else disjoint_lanes(starts, ends)
+        out: list[_Slices] = []
+        n_lanes = int(lanes.max()) + 1 if lanes.shape[0] else 1
+        for lane in range(n_lanes):
+            sel = lanes == lane
+            if lane == 0:
+                t = track
+            else:
+                t = self.descriptor(
+                    f"{name} · {lane_prefix} {lane}", parent=parent, rank_order=rank_order
+                )
+                if not nested:
+                    self.stats.kernel_lanes += 1
+            out.append(
+                _Slices(
+                    track=t,
+                    start=starts[sel],
+                    end=ends[sel],
+                    name_iid=iids[sel],
+                    correlation=None if correlation is None else correlation[sel],
+                    flow=None if flow is None else flow[sel],
+                    special=None if special is None else special[sel],
+                )
+            )
+        return out
+
+    def events(self, proc: int, events: pl.DataFrame, main_pid: int | None) -> list[_Slices]:
+        import polars as pl
+
+        ev = events.select(
+            "name", "ph", "start_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation"
+        ).with_columns(
+            pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
+            pl.col("ph").cast(pl.String).fill_null("X"),
+            pl.col("correlation").fill_null(0),
+        )
+        ev = ev.with_columns(pl.Series("_iid", self.intern_column(ev["name"]))).drop("name")
+        ev = ev.with_row_index("_row")
+        out: list[_Slices] = []
+        is_gpu = ev["stream"].is_not_null() & (ev["ph"] == "X")
+        gpu = ev.filter(is_gpu)
+        cpu = ev.filter(~is_gpu & ev["stream"].is_null() & ev["ph"].is_in(["X", "i", "I"]))
+
+        launch_flows: dict[int, list[int]] = {}
+        if self.flows and gpu.height:
+            launch_corr = cpu.filter((pl.col("correlation") != 0) & (pl.col("ph") == "X"))[
+                "correlation"
+            ].unique()
+            gpu = gpu.with_columns(
+                pl.when(
+                    (pl.col("correlation") != 0)
+                    & pl.col("correlation").is_in(launch_corr.implode())
+                )
+                .then(
+                    pl.lit((self.rank + 1) << _FLOW_SHIFT, dtype=pl.Int64)
+                    + pl.col("_row").cast(pl.Int64)
+                    + 1
+                )
+                .otherwise(0)
+                .alias("_flow")
+            )
+            linked = gpu.filter(pl.col("_flow") != 0)
+            for c, fids in linked.group_by("correlation").agg(pl.col("_flow").sort()).iter_rows():
+                launch_flows[int(c)] = [int(f) for f in fids]
+            self.stats.flows += linked.height
+
+        # GPU: a track a (device, stream), lanes where kernels overlap
+        if gpu.height:
+            gpu = gpu.with_columns(pl.col("device").fill_null(pl.col("pid")).fill_null(-1))
+            dev_tracks: dict[int, int] = {}
+            for (device, stream), sel in sorted(
+                gpu.partition_by("device", "stream", as_dict=True, maintain_order=True).items()
+            ):
+                if device not in dev_tracks:
+                    dev_tracks[device] = self.descriptor(
+                        f"GPU {device}", parent=proc, rank_order=2 + len(dev_tracks)
+                    )
+                st = sel["start_ns"].to_numpy().astype(np.int64)
+                en = st + sel["dur_ns"].to_numpy().astype(np.int64)
+                track = self.descriptor(f"stream {stream}", parent=dev_tracks[device])
+                out += self._lane_split(
+                    track,
+                    dev_tracks[device],
+                    f"stream {stream}",
+                    st,
+                    en,
+                    sel["_iid"].to_numpy(),
+                    nested=False,
+                    correlation=sel["correlation"].to_numpy().astype(np.int64),
+                    flow=sel["_flow"].to_numpy().astype(np.uint64)
+                    if "_flow" in sel.columns
+                    else None,
+                )
+            self.stats.slices += gpu.height
+
+        # CPU threads: thread tracks, strictly nested; crossing slices on overlap tracks
+        if cpu.height:
+            cpu = cpu.with_columns(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1))
+            for (tpid, tid), sel in sorted(
+                cpu.partition_by("pid", "tid", as_dict=True, maintain_order=True).items()
+            ):
+                uuid = self.uuid()
+                p = self.packet()
+                d = p.track_descriptor
+                d.uuid = uuid
+                d.parent_uuid = proc
+                d.thread.pid = 1_000_000 + self.rank
+                d.thread.tid = int(tid) if tid >= 0 else 0
+                tname = (
+                    f"thread {tid}"
+                    if tpid == main_pid or main_pid is None
+                    else f"pid {tpid} thread {tid}"
+                )
+                d.thread.thread_name = tname
+                self.w.write(p)
+                inst = (sel["ph"] != "X").to_numpy()
+                st = sel["start_ns"].to_numpy().astype(np.int64)
+                en = st + sel["dur_ns"].to_numpy().astype(np.int64)
+                iids = sel["_iid"].to_numpy()
+                corr = sel["correlation"].to_numpy().astype(np.int64)
+                special = None
+                if launch_flows:
+                    special = np.full(sel.height, -1, dtype=np.int64)
+                    for i in np.flatnonzero(
+                        np.isin(corr, np.fromiter(launch_flows, np.int64)) & ~inst
+                    ).tolist():
+                        fl = launch_flows.pop(int(corr[i]), None)
+                        if fl:
+                            special[i] = self.add_special({}, fl)
+                x = ~inst
+                out += self._lane_split(
+                    uuid,
+                    proc,
+                    tname,
+                    st[x],
+                    en[x],
+                    iids[x],
+                    nested=True,
+                    special=None if special is None else special[x],
+                    correlation=corr[x],
+                    lane_prefix="overlap",
+                )
+                if inst.any():
+                    out.append(
+                        _Slices(
+                            track=uuid,
+                            start=st[inst],
+                            end=st[inst],
+                            name_iid=iids[inst],
+                            instant=np.ones(int(inst.sum()), dtype=bool),
+                        )
+                    )
+            self.stats.slices += cpu.height
+        return out
+
+    # -- emission -----------------------------------------------------------------------------
+
+    def emit(self, groups: list[_Slices]) -> None:
+        """Write every group's begin/end packets, in nesting order per track."""
+        cols: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("ts", "type", "track", "iid", "corr", "flow", "special")
+        }
+        for g in groups:
+            n = g.start.shape[0]
+            if n == 0:
+                continue
+            if g.instant is not None:
+                idx = np.arange(n)
+                is_begin = np.ones(n, dtype=bool)
+                types = np.full(n, INSTANT)
+                ts = g.start
+            else:
+                idx, is_begin = sweep_order(g.start, g.end)
+                types = np.where(is_begin, SLICE_BEGIN, SLICE_END)
+                ts = np.where(is_begin, g.start[idx], g.end[idx])
+            cols["ts"].append(ts)
+            cols["type"].append(types)
+            cols["track"].append(np.full(idx.shape[0], g.track, dtype=np.int64))
+            cols["iid"].append(np.where(is_begin, g.name_iid[idx], 0))
+            zero = np.zeros(idx.shape[0], dtype=np.int64)
+            cols["corr"].append(
+                np.where(is_begin, g.correlation[idx], 0) if g.correlation is not None else zero
+            )
+            cols["flow"].append(
+                np.where(is_begin, g.flow[idx], 0).astype(np.uint64)
+                if g.flow is not None
+                else zero.astype(np.uint64)
+            )
+            cols["special"].append(
+                np.where(is_begin, g.special[idx], -1) if g.special is not None else zero - 1
+            )
+        if self.pending_names or self.first:
+            # interned names must precede their first use
+            self.w.write(self.packet())
+        if not cols["ts"]:
+            return
+        arr = {k: np.concatenate(v) for k, v in cols.items()}
+        for chunk in _chunks(arr["ts"].shape[0], 1 << 18):
+            self._emit_chunk({k: v[chunk] for k, v in arr.items()})
+
+    def _emit_chunk(self, a: dict[str, np.ndarray]) -> None:
+        """Encode the chunk vectorised; splice protobuf packets in for rows with arguments."""
+        blob, lens = _pbenc.track_event_packets(
+            ts=a["ts"],
+            event_type=a["type"],
+            track_uuid=a["track"],
+            sequence_id=self.seq,
+            name_iid=a["iid"],
+            correlation=a["corr"],
+            flow_id=a["flow"],
+        )
+        positions = np.flatnonzero(a["special"] >= 0)
+        if positions.shape[0] == 0:
+            self.w.raw(blob)
+            return
+        ends = np.cumsum(lens)
+        view = memoryview(blob)
+        done = 0
+        for pos in positions.tolist():
+            row_start = int(ends[pos] - lens[pos])
+            if row_start > done:
+                self.w.raw(view[done:row_start])
+            self._emit_special(a, pos)
+            done = int(ends[pos])
+        if done < len(blob):
+            self.w.raw(view[done:])
+
+    def _emit_special(self, a: dict[str, np.ndarray], pos: int) -> None:
+        k = int(a["special"][pos])
+        p = self.packet(int(a["ts"][pos]))
+        e = p.track_event
+        e.type = int(a["type"][pos])
+        e.track_uuid = int(a["track"][pos])
+        e.name_iid = int(a["iid"][pos])
+        if a["corr"][pos]:
+            e.correlation_id = int(a["corr"][pos])
+        e.flow_ids.extend(self.special_flows[k])
+        _annotate(p, self.special_args[k])
+        self.w.write(p)
+
+    def counters(self, proc: int) -> None:
+        import polars as pl
+
+        if not self.ctx.tables["counters"] or self.rank not in reader.ranks(
+            self.run_dir, "counters"
+        ):
+            return
+        cnt = reader.read_table(self.run_dir, "counters", rank=self.rank).with_columns(
+            pl.col("metric").cast(pl.String)
+        )
+        for gpu, metric in cnt.select("gpu", "metric").unique().sort("gpu", "metric").iter_rows():
+            sel = cnt.filter((pl.col("gpu") == gpu) & (pl.col("metric") == metric)).sort("ts_ns")
+            track = self.descriptor(
+                f"GPU {gpu} {metric}",
+                parent=proc,
+                rank_order=100,
+                counter_unit=COUNTER_UNITS.get(str(metric), ""),
+            )
+            self.w.raw(
+                _pbenc.counter_packets(
+                    ts=sel["ts_ns"].to_numpy().astype(np.int64),
+                    track_uuid=track,
+                    sequence_id=self.seq,
+                    values=sel["value"].fill_null(float("nan")).to_numpy().astype(np.float64),
+                )
+            )
+            self.stats.counters += sel.height
+
+
+def _chunks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+def _int_or_none(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
