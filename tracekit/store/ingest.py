@@ -171,8 +171,13 @@ def _run(
                 progress(len(outcomes), total)
         return outcomes
     import multiprocessing
+    import sys
 
-    ctx = multiprocessing.get_context("spawn")
+    # fork starts workers at once and needs no `if __name__ == "__main__"` guard in callers'
+    # scripts; workers use only msgspec/numpy/pyarrow. Where polars is loaded (its thread pool
+    # may deadlock a forked child and it warns), spawn instead.
+    method = "spawn" if "polars" in sys.modules or sys.platform != "linux" else "fork"
+    ctx = multiprocessing.get_context(method)
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [pool.submit(_ingest_one, t) for t in tasks]
         for fut in as_completed(futures):
