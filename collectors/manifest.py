@@ -1,0 +1,195 @@
+"""Per-process manifest: who ran (rank, host, pid, device), in which environment, on which versions.
+
+`collect()` returns `{section: {key: value}}` with the sections of the `manifests` table
+(tracekit/store/schema.py): `process`, `distributed`, `device`, `versions`, `env`, `packages`.
+It never imports torch: it reads what is already imported. Values are strings.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tracekit._version import __version__
+
+ENV_PREFIXES = (
+    "NCCL_",
+    "CUDA_",
+    "TORCH_",
+    "PYTORCH_",
+    "SGLANG_",
+    "VLLM_",
+    "OMP_",
+    "MASTER_",
+    "TRACEKIT_",
+)
+ENV_NAMES = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "NVIDIA_VISIBLE_DEVICES",
+    }
+)
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def filtered_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that matter for a run, with secret-looking ones redacted."""
+    env = dict(os.environ if environ is None else environ)
+    out: dict[str, str] = {}
+    for name in sorted(env):
+        if name in ENV_NAMES or name.startswith(ENV_PREFIXES):
+            out[name] = REDACTED if _SECRET.search(name) else env[name]
+    return out
+
+
+def _torch_sections() -> tuple[dict[str, str], dict[str, str]]:
+    versions: dict[str, str] = {}
+    device: dict[str, str] = {}
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return versions, device
+    versions["torch"] = str(getattr(torch, "__version__", ""))
+    try:
+        versions["cuda"] = str(torch.version.cuda or "")
+        hip = getattr(torch.version, "hip", None)
+        if hip:
+            versions["hip"] = str(hip)
+        if torch.backends.cudnn.is_available():
+            versions["cudnn"] = str(torch.backends.cudnn.version())
+    except Exception:
+        pass
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            nccl = torch.cuda.nccl.version()
+            versions["nccl"] = (
+                ".".join(str(x) for x in nccl) if isinstance(nccl, tuple) else str(nccl)
+            )
+            idx = torch.cuda.current_device()
+            props = torch.cuda.get_device_properties(idx)
+            device["index"] = str(idx)
+            device["name"] = str(props.name)
+            device["uuid"] = str(getattr(props, "uuid", ""))
+            device["total_global_mem"] = str(props.total_memory)
+            device["compute_capability"] = f"{props.major}.{props.minor}"
+            device["num_sms"] = str(props.multi_processor_count)
+    except Exception:
+        pass
+    return versions, device
+
+
+def _git(path: Path) -> dict[str, str]:
+    """commit, branch and dirty files of the git checkout holding `path` (empty if none)."""
+    root = path if path.is_dir() else path.parent
+    for cand in (root, *root.parents):
+        if (cand / ".git").exists():
+            break
+    else:
+        return {}
+
+    def run(*args: str) -> str:
+        res = subprocess.run(
+            ["git", "-C", str(cand), *args], capture_output=True, text=True, timeout=10, check=False
+        )
+        return res.stdout.strip() if res.returncode == 0 else ""
+
+    try:
+        out = {
+            "commit": run("rev-parse", "HEAD"),
+            "branch": run("rev-parse", "--abbrev-ref", "HEAD"),
+        }
+        dirty = [
+            line[3:] for line in run("status", "--porcelain", "--untracked-files=no").splitlines()
+        ]
+        out["dirty"] = ",".join(dirty)
+        return out
+    except (OSError, subprocess.SubprocessError):
+        return {}
+
+
+def package_info(package: str | None) -> dict[str, str]:
+    """Version (and git state for a checkout) of the server package, without importing it."""
+    if not package:
+        return {}
+    out: dict[str, str] = {}
+    top = package.split(".")[0]
+    try:
+        from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+        dists = packages_distributions().get(top, [top])
+        for dist in dists:
+            try:
+                out[package] = version(dist)
+                break
+            except PackageNotFoundError:
+                continue
+    except Exception:
+        pass
+    mod = sys.modules.get(package) or sys.modules.get(top)
+    file = getattr(mod, "__file__", None)
+    if file is None:
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec(top)
+            file = spec.origin if spec else None
+        except (ImportError, ValueError):
+            file = None
+    if file:
+        for key, val in _git(Path(file)).items():
+            out[f"{package}.{key}"] = val
+    return out
+
+
+def collect(
+    *, package: str | None = None, rank_info: dict[str, Any] | None = None
+) -> dict[str, dict[str, str]]:
+    rank_info = rank_info or {}
+    versions, device = _torch_sections()
+    versions["python"] = platform.python_version()
+    versions["tracekit"] = __version__
+    process = {
+        "host": socket.gethostname(),
+        "pid": str(os.getpid()),
+        "ppid": str(os.getppid()),
+        "argv": " ".join(sys.argv),
+        "executable": sys.executable,
+        "adapter": os.environ.get("TRACEKIT_ADAPTER", ""),
+        "mode": os.environ.get("TRACEKIT_MODE", "light"),
+        "instrumented": "true",
+    }
+    distributed: dict[str, str] = {}
+    rank = rank_info.get("dist_rank", rank_info.get("env_rank"))
+    world = rank_info.get("dist_world_size", rank_info.get("env_world_size"))
+    if rank is not None:
+        distributed["rank"] = str(rank)
+    if world is not None:
+        distributed["world_size"] = str(world)
+    local = rank_info.get("env_local_rank")
+    if local is not None:
+        process["local_rank"] = str(local)
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            distributed["backend"] = str(dist.get_backend())
+    except Exception:
+        pass
+    return {
+        "process": process,
+        "distributed": distributed,
+        "device": device,
+        "versions": versions,
+        "env": filtered_env(),
+        "packages": package_info(package),
+    }

@@ -1,0 +1,182 @@
+"""Launcher-side NVML sampler: every local GPU at 10 Hz into `raw/nvml/counters.arrow`.
+
+Metrics (the `counters` table): sm_clock_mhz, mem_clock_mhz, power_w, temperature_c, pcie_gen,
+pcie_width, throttle_reasons (NVML's bit mask), gpu_util_pct, mem_util_pct. `raw/nvml/gpus.json`
+maps each NVML index to its UUID and name, so merge can file samples under the rank that used
+the GPU. Without NVML (no driver, no `nvidia-ml-py`) the sampler says so once and does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+COUNTERS_FILE = "counters.arrow"
+GPUS_FILE = "gpus.json"
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("gpu", pa.int32()),
+            ("host", pa.string()),
+            ("metric", pa.string()),
+            ("ts_ns", pa.int64()),
+            ("value", pa.float64()),
+        ]
+    )
+
+
+class NvmlSampler:
+    def __init__(
+        self, out_dir: Path, *, hz: float = 10.0, flush_seconds: float = 1.0, nvml: Any = None
+    ) -> None:
+        self.out_dir = out_dir
+        self.period = 1.0 / hz
+        self.flush_seconds = flush_seconds
+        self.available = False
+        self.reason = ""
+        self.samples = 0
+        self._nvml = nvml
+        self._handles: list[Any] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rows: list[tuple[int, str, str, int, float]] = []
+        self._fd: int | None = None
+        self._host = socket.gethostname()
+
+    def start(self, warn: Callable[[str], None]) -> bool:
+        try:
+            if self._nvml is None:
+                import pynvml
+
+                self._nvml = pynvml
+            nv = self._nvml
+            nv.nvmlInit()
+            count = nv.nvmlDeviceGetCount()
+            self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except Exception as exc:
+            self.reason = f"{type(exc).__name__}: {exc}"
+            warn(f"NVML is not available ({self.reason}); no GPU counters for this run")
+            return False
+        if not self._handles:
+            self.reason = "no GPU"
+            warn("NVML found no GPU; no GPU counters for this run")
+            return False
+        self.available = True
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        gpus = []
+        for i, h in enumerate(self._handles):
+            gpus.append(
+                {
+                    "index": i,
+                    "uuid": _s(self._try(lambda h=h: self._nvml.nvmlDeviceGetUUID(h))),
+                    "name": _s(self._try(lambda h=h: self._nvml.nvmlDeviceGetName(h))),
+                }
+            )
+        (self.out_dir / GPUS_FILE).write_text(
+            json.dumps({"host": self._host, "gpus": gpus}, indent=1)
+        )
+        self._thread = threading.Thread(target=self._run, name="tracekit-nvml", daemon=True)
+        self._thread.start()
+        return True
+
+    @staticmethod
+    def _try(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:
+            return None
+
+    def sample_once(self) -> None:
+        nv = self._nvml
+        ts = time.time_ns()
+        for i, h in enumerate(self._handles):
+            util = self._try(lambda h=h: nv.nvmlDeviceGetUtilizationRates(h))
+            throttle = self._try(lambda h=h: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
+            if throttle is None:
+                throttle = self._try(lambda h=h: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+            power = self._try(lambda h=h: nv.nvmlDeviceGetPowerUsage(h))
+            values = {
+                "sm_clock_mhz": self._try(
+                    lambda h=h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
+                ),
+                "mem_clock_mhz": self._try(
+                    lambda h=h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
+                ),
+                "power_w": power / 1000.0 if power is not None else None,
+                "temperature_c": self._try(
+                    lambda h=h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+                ),
+                "pcie_gen": self._try(lambda h=h: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                "pcie_width": self._try(lambda h=h: nv.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                "throttle_reasons": throttle,
+                "gpu_util_pct": getattr(util, "gpu", None),
+                "mem_util_pct": getattr(util, "memory", None),
+            }
+            for metric, value in values.items():
+                if value is not None:
+                    self._rows.append((i, self._host, metric, ts, float(value)))
+        self.samples += 1
+
+    def _run(self) -> None:
+        last_flush = time.monotonic()
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self.sample_once()
+            now = time.monotonic()
+            if now - last_flush >= self.flush_seconds:
+                self.flush()
+                last_flush = now
+            next_t += self.period
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+
+    def flush(self, *, final: bool = False) -> None:
+        import pyarrow as pa
+
+        rows, self._rows = self._rows, []
+        if self._fd is None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(
+                self.out_dir / COUNTERS_FILE,
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+                0o644,
+            )
+            os.write(self._fd, _schema().serialize().to_pybytes())
+        if rows:
+            schema = _schema()
+            cols = list(zip(*rows))
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema
+            )
+            os.write(self._fd, batch.serialize().to_pybytes())
+        if final:
+            os.write(self._fd, _EOS)
+            os.close(self._fd)
+
+    def stop(self) -> None:
+        if not self.available:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.flush(final=True)
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _s(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return "" if value is None else str(value)

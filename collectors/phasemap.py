@@ -1,0 +1,313 @@
+"""Phase maps: which functions to wrap, under which phase name (TOML; DESIGN.md "Phase maps").
+
+```toml
+[adapter]
+name = "demo"
+package = "tracekit.demo"          # server package: its version/git state go into the manifest
+
+[[phase]]
+name = "verify"
+targets = ["pkg.module:Class.method", "pkg.other:function"]
+accept_len = "accept_len"          # optional: attribute path read from the return value
+
+[cycle]
+targets = ["pkg.module:Worker.step"]   # one outermost call = one cycle; or:
+starts_with = "draft"                  # a cycle starts at each outermost `draft` phase
+accept_len = "accept_len"              # optional, read from the cycle target's return value
+require = "draft"                      # optional: a cycle-target call without this phase inside
+                                       # (e.g. a prefill batch) is not a cycle
+```
+
+Built-in maps ship in `phasemaps/<name>.toml`. Only the standard library is imported here: this
+module is loaded inside every instrumented process.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracekit.errors import CollectorError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+PHASEMAP_DIR = Path(__file__).resolve().parent / "phasemaps"
+_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*$")
+_ACCEPT_RE = re.compile(r"^(?:[A-Za-z_]\w*|\d+)(?:\.(?:[A-Za-z_]\w*|\d+))*$")
+_PHASE_NAME_RE = re.compile(r"^[A-Za-z_][\w.\-]*$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One wrapped callable: `module:Qualname.attr`."""
+
+    module: str
+    qualname: str
+
+    @classmethod
+    def parse(cls, text: str, *, source: str = "phase map") -> Target:
+        if not isinstance(text, str) or not _TARGET_RE.match(text):
+            msg = (
+                f"{source}: target {text!r} is not of the form `package.module:Qualname.attr`; "
+                "fix the phase map"
+            )
+            raise CollectorError(msg)
+        module, qualname = text.split(":", 1)
+        return cls(module, qualname)
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    name: str
+    targets: tuple[Target, ...]
+    accept_len: str | None = None
+
+
+@dataclass(frozen=True)
+class CycleSpec:
+    targets: tuple[Target, ...] = ()
+    starts_with: str | None = None
+    accept_len: str | None = None
+    require: str | None = None
+
+    @property
+    def source(self) -> str:
+        if self.targets:
+            return "cycle_target"
+        if self.starts_with:
+            return f"starts_with:{self.starts_with}"
+        return "none"
+
+
+@dataclass(frozen=True)
+class Site:
+    """What a wrapper does for one target: record a phase, count a cycle, or both."""
+
+    target: Target
+    phase: str | None = None
+    accept_len: str | None = None
+    cycle: bool = False
+    cycle_accept_len: str | None = None
+    starts_cycle: bool = False  # phase is the map's `starts_with` phase
+
+
+@dataclass(frozen=True)
+class PhaseMap:
+    name: str
+    phases: tuple[PhaseSpec, ...]
+    cycle: CycleSpec
+    package: str | None = None
+    path: Path | None = None
+    text: str = ""
+
+    @property
+    def phase_names(self) -> list[str]:
+        return [p.name for p in self.phases]
+
+    def targets(self) -> list[Target]:
+        """Every distinct target, in map order."""
+        seen: dict[Target, None] = {}
+        for ph in self.phases:
+            for t in ph.targets:
+                seen.setdefault(t, None)
+        for t in self.cycle.targets:
+            seen.setdefault(t, None)
+        return list(seen)
+
+    def sites(self) -> dict[str, list[Site]]:
+        """module name -> the sites to install when it is imported."""
+        by_target: dict[Target, Site] = {}
+        for ph in self.phases:
+            for t in ph.targets:
+                if t in by_target and by_target[t].phase is not None:
+                    continue  # first phase naming a target wins
+                by_target[t] = Site(
+                    target=t,
+                    phase=ph.name,
+                    accept_len=ph.accept_len,
+                    starts_cycle=(ph.name == self.cycle.starts_with),
+                )
+        for t in self.cycle.targets:
+            base = by_target.get(t, Site(target=t))
+            by_target[t] = Site(
+                target=t,
+                phase=base.phase,
+                accept_len=base.accept_len,
+                cycle=True,
+                cycle_accept_len=self.cycle.accept_len,
+                starts_cycle=False,
+            )
+        out: dict[str, list[Site]] = {}
+        for t, site in by_target.items():
+            out.setdefault(t.module, []).append(site)
+        return out
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in PHASEMAP_DIR.glob("*.toml"))
+
+
+def builtin_path(name: str) -> Path:
+    path = PHASEMAP_DIR / f"{name}.toml"
+    if not path.is_file():
+        msg = (
+            f"unknown adapter `{name}`; built-in adapters are {', '.join(builtin_names())}, "
+            "or pass your own map with `--phases FILE.toml`"
+        )
+        raise CollectorError(msg)
+    return path
+
+
+def load(path: Path | str) -> PhaseMap:
+    """Read and check a phase map file; errors name the file and what to fix."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"{path}: cannot read the phase map ({exc.strerror or exc}); check the path given to `--phases`"
+        raise CollectorError(msg) from exc
+    return parse(text, source=str(path), path=path)
+
+
+def load_builtin(name: str) -> PhaseMap:
+    return load(builtin_path(name))
+
+
+def _accept(value: object, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _ACCEPT_RE.match(value):
+        msg = f'{where}: `accept_len` must be an attribute path such as "accept_len" or "output.accept_len", got {value!r}'
+        raise CollectorError(msg)
+    return value
+
+
+def _targets(value: object, where: str) -> tuple[Target, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        msg = f'{where}: `targets` must be a list of "module:Qualname" strings'
+        raise CollectorError(msg)
+    return tuple(Target.parse(v, source=where) for v in value)
+
+
+def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -> PhaseMap:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = f"{source}: not valid TOML ({exc}); fix the phase map"
+        raise CollectorError(msg) from exc
+    known = {"adapter", "phase", "cycle"}
+    unknown = set(data) - known
+    if unknown:
+        msg = f"{source}: unknown section(s) {sorted(unknown)}; a phase map has [adapter], [[phase]] and [cycle]"
+        raise CollectorError(msg)
+    adapter = data.get("adapter", {})
+    if not isinstance(adapter, dict):
+        msg = f"{source}: [adapter] must be a table"
+        raise CollectorError(msg)
+    name = str(adapter.get("name") or (path.stem if path else "custom"))
+    package = adapter.get("package")
+    raw_phases = data.get("phase", [])
+    if not isinstance(raw_phases, list) or not raw_phases:
+        msg = f"{source}: no [[phase]] entries; add at least one `[[phase]]` with `name` and `targets`"
+        raise CollectorError(msg)
+    phases: list[PhaseSpec] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw_phases):
+        where = f"{source}: [[phase]] #{i + 1}"
+        if not isinstance(entry, dict):
+            msg = f"{where}: must be a table"
+            raise CollectorError(msg)
+        extra = set(entry) - {"name", "targets", "accept_len"}
+        if extra:
+            msg = f"{where}: unknown key(s) {sorted(extra)}; allowed: name, targets, accept_len"
+            raise CollectorError(msg)
+        pname = entry.get("name")
+        if not isinstance(pname, str) or not _PHASE_NAME_RE.match(pname):
+            msg = f'{where}: `name` must be a phase name such as "draft", got {pname!r}'
+            raise CollectorError(msg)
+        if pname in seen:
+            msg = f"{where}: phase `{pname}` appears twice; list all its targets in one [[phase]]"
+            raise CollectorError(msg)
+        seen.add(pname)
+        targets = _targets(entry.get("targets"), f"{where} ({pname})")
+        if not targets:
+            msg = f'{where} ({pname}): `targets` is empty; list at least one "module:Qualname"'
+            raise CollectorError(msg)
+        phases.append(PhaseSpec(pname, targets, _accept(entry.get("accept_len"), where)))
+    raw_cycle = data.get("cycle", {})
+    if not isinstance(raw_cycle, dict):
+        msg = f"{source}: [cycle] must be a table"
+        raise CollectorError(msg)
+    extra = set(raw_cycle) - {"targets", "starts_with", "accept_len", "require"}
+    if extra:
+        msg = f"{source}: [cycle] has unknown key(s) {sorted(extra)}; allowed: targets, starts_with, accept_len, require"
+        raise CollectorError(msg)
+    starts_with = raw_cycle.get("starts_with")
+    require = raw_cycle.get("require")
+    for key, val in (("starts_with", starts_with), ("require", require)):
+        if val is not None and val not in seen:
+            msg = f"{source}: [cycle] {key} = {val!r} is not a phase of this map ({sorted(seen)})"
+            raise CollectorError(msg)
+    cycle = CycleSpec(
+        targets=_targets(raw_cycle.get("targets"), f"{source}: [cycle]"),
+        starts_with=starts_with,
+        accept_len=_accept(raw_cycle.get("accept_len"), f"{source}: [cycle]"),
+        require=require,
+    )
+    if cycle.targets and cycle.starts_with:
+        msg = f"{source}: [cycle] has both `targets` and `starts_with`; keep one"
+        raise CollectorError(msg)
+    # DESIGN: failing a cycle function, a cycle starts at each top-level draft phase.
+    if not cycle.targets and not cycle.starts_with and "draft" in seen:
+        cycle = CycleSpec(starts_with="draft", accept_len=cycle.accept_len)
+    return PhaseMap(
+        name=name,
+        phases=tuple(phases),
+        cycle=cycle,
+        package=package if isinstance(package, str) else None,
+        path=path,
+        text=text,
+    )
+
+
+def read_attr_path(value: object, path: str) -> object:
+    """Follow `a.b.0.c` on `value` (names: attributes or mapping keys; digits: indexes)."""
+    for part in path.split("."):
+        if part.isdigit():
+            value = value[int(part)]  # type: ignore[index]
+        elif isinstance(value, dict):
+            value = value[part]
+        else:
+            value = getattr(value, part)
+    return value
+
+
+def all_builtin() -> dict[str, PhaseMap]:
+    return {n: load_builtin(n) for n in builtin_names()}
+
+
+__all__ = [
+    "CycleSpec",
+    "PhaseMap",
+    "PhaseSpec",
+    "Site",
+    "Target",
+    "builtin_names",
+    "builtin_path",
+    "load",
+    "load_builtin",
+    "parse",
+    "read_attr_path",
+]

@@ -1,0 +1,193 @@
+"""Inside an instrumented process: read the launcher's configuration, install the import hook.
+
+Called by the bootstrap `sitecustomize` (and by the server plugins). A no-op unless
+`TRACEKIT_RUN_DIR` is set. Imports only the standard library and tracekit's own light modules.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+from tracekit.collectors import phasemap
+from tracekit.collectors.importhook import PostImportHook
+from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.wrappers import install
+
+ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
+ENV_PHASES = "TRACEKIT_PHASES"  # path of the phase map TOML (the launcher copies it into raw/)
+ENV_ADAPTER = "TRACEKIT_ADAPTER"
+ENV_MODE = "TRACEKIT_MODE"  # light | full
+ENV_PROFILE_CYCLES = "TRACEKIT_PROFILE_CYCLES"  # START:COUNT (full mode)
+ENV_FLUSH_RECORDS = "TRACEKIT_FLUSH_RECORDS"
+ENV_FLUSH_SECONDS = "TRACEKIT_FLUSH_SECONDS"
+ENV_DISABLE = "TRACEKIT_DISABLE"  # set to 1 to run a process of the tree without tracekit
+
+GRAPH_MODULE = "torch.cuda.graphs"
+
+
+class Runtime:
+    def __init__(self, recorder: Recorder, hook: PostImportHook, pmap: phasemap.PhaseMap) -> None:
+        self.recorder = recorder
+        self.hook = hook
+        self.phasemap = pmap
+
+    def patch_module(self, sites: list[phasemap.Site], module: ModuleType) -> None:
+        rec = self.recorder
+        for site in sites:
+            name = str(site.target)
+            try:
+                if install(module, site, rec) is not None:
+                    rec.patched.append(name)
+            except AttributeError as exc:
+                rec.unresolved[name] = f"not found in {module.__name__} ({exc})"
+            except Exception as exc:
+                rec.unresolved[name] = f"{type(exc).__name__}: {exc}"
+        try:
+            if rec._fd is None and rec.active:
+                rec.flush()  # opens the record file now, at import time, not inside a cycle
+        except Exception as exc:
+            rec.fail("open", exc)
+
+    def patch_graphs(self, module: ModuleType) -> None:
+        """Count torch.cuda.CUDAGraph.replay calls, so each phase knows if it replayed graphs."""
+        cls = getattr(module, "CUDAGraph", None)
+        if cls is None or getattr(cls.replay, "__tracekit_replay__", False):
+            return
+        orig = cls.replay
+        rec = self.recorder
+
+        @functools.wraps(orig)
+        def replay(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if rec.active:
+                try:
+                    rec.count_replay()
+                except Exception as exc:
+                    rec.fail("graph replay count", exc)
+            return orig(self, *args, **kwargs)
+
+        replay.__tracekit_replay__ = True  # type: ignore[attr-defined]
+        cls.replay = replay
+
+    def mp_util_imported(self, module: ModuleType) -> None:
+        # multiprocessing's fork children leave through os._exit (no atexit): close the recorder
+        # from multiprocessing's own exit finalizers, registered again in every forked child.
+        def after_fork(rec: Recorder) -> None:
+            module.Finalize(None, rec.close, exitpriority=100)
+
+        module.register_after_fork(self.recorder, after_fork)
+
+
+_RUNTIME: Runtime | None = None
+
+
+def current() -> Runtime | None:
+    return _RUNTIME
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def activate(*, via: str = "sitecustomize") -> Runtime | None:
+    """Instrument this process if a tracekit run is configured; idempotent."""
+    global _RUNTIME
+    if _RUNTIME is not None:
+        return _RUNTIME
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir or os.environ.get(ENV_DISABLE, "") not in ("", "0"):
+        return None
+    raw = Path(run_dir) / "raw"
+    phases_path = os.environ.get(ENV_PHASES) or str(raw / "phasemap.toml")
+    pmap = phasemap.load(phases_path)
+    mode = os.environ.get(ENV_MODE, "light")
+    config = RecorderConfig(
+        raw_dir=raw,
+        flush_records=_int_env(ENV_FLUSH_RECORDS, 1000),
+        flush_seconds=_float_env(ENV_FLUSH_SECONDS, 1.0),
+        adapter=os.environ.get(ENV_ADAPTER, pmap.name),
+        mode=mode,
+        package=pmap.package,
+        via=via,
+    )
+    rec = Recorder(config)
+    rec.process_info = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "host": socket.gethostname(),
+        "argv": list(sys.argv),
+        "executable": sys.executable,
+        "via": via,
+        "adapter": config.adapter,
+        "mode": mode,
+        "start_ns": time.time_ns(),
+        "instrumented": True,
+    }
+    if mode == "full":
+        from tracekit.collectors.profiler import CycleWindow, ProfileWindow
+
+        window = CycleWindow.parse(os.environ.get(ENV_PROFILE_CYCLES, "2:3"))
+        rec.profile = ProfileWindow(window, rec.dir)
+    hook = PostImportHook()
+    rt = Runtime(rec, hook, pmap)
+    _RUNTIME = rt
+    rec._write_process()
+    for module, sites in pmap.sites().items():
+        hook.register(module, functools.partial(rt.patch_module, sites))
+    hook.register(GRAPH_MODULE, rt.patch_graphs)
+    hook.register("multiprocessing.util", rt.mp_util_imported)
+    hook.install()
+    atexit.register(rec.close)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _install_sigterm(rec)
+    return rt
+
+
+def _after_fork_in_child() -> None:
+    rt = _RUNTIME
+    if rt is not None:
+        try:
+            rt.recorder.after_fork()
+        except Exception as exc:
+            rt.recorder.fail("fork", exc)
+
+
+def _install_sigterm(rec: Recorder) -> None:
+    """Flush on SIGTERM when the program has no handler of its own, then die as before."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            try:
+                rt = _RUNTIME
+                if rt is not None:
+                    rt.recorder.close()
+            finally:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):
+        pass

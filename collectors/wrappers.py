@@ -1,0 +1,125 @@
+"""Transparent wrappers around phase targets, and installing them on their owners.
+
+A wrapper keeps the wrapped callable's name, qualname, docstring, signature (`__wrapped__`),
+attributes, return value and exceptions. It records only when the recorder is active and passes
+straight through while a CUDA graph is being captured or torch.compile is tracing. Everything the
+recorder does is guarded: a recorder failure never reaches the program (the recorder disables
+itself and says so once).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collectors.phasemap import Site
+
+WRAPPED_MARK = "__tracekit_site__"
+
+
+class Hooks(Protocol):
+    """What a wrapper calls; implemented by `tracekit.collectors.recorder.Recorder`."""
+
+    active: bool
+
+    def bypass(self) -> bool: ...
+
+    def enter(self, site: Site) -> Any: ...
+
+    def exit(self, frame: Any, ok: bool, result: object) -> None: ...
+
+
+def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[..., Any]:
+    """Wrap a plain function (sync or async)."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def awrapper(*args: Any, **kwargs: Any) -> Any:
+            if not hooks.active or hooks.bypass():
+                return await fn(*args, **kwargs)
+            frame = hooks.enter(site)
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException:
+                hooks.exit(frame, False, None)
+                raise
+            hooks.exit(frame, True, result)
+            return result
+
+        setattr(awrapper, WRAPPED_MARK, site)
+        return awrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not hooks.active or hooks.bypass():
+            return fn(*args, **kwargs)
+        frame = hooks.enter(site)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            hooks.exit(frame, False, None)
+            raise
+        hooks.exit(frame, True, result)
+        return result
+
+    setattr(wrapper, WRAPPED_MARK, site)
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Installed:
+    target: str
+    owner: object
+    attr: str
+    original: object  # what was in the owner's namespace (function, staticmethod, ...)
+
+
+def resolve_owner(module: object, qualname: str) -> tuple[object, str]:
+    """(owner, attribute name) for `Qual.name.attr` inside `module`; AttributeError if absent."""
+    parts = qualname.split(".")
+    owner = module
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    attr = parts[-1]
+    if inspect.isclass(owner):
+        inspect.getattr_static(owner, attr)  # raises AttributeError when absent
+    else:
+        getattr(owner, attr)
+    return owner, attr
+
+
+def install(module: object, site: Site, hooks: Hooks) -> Installed | None:
+    """Wrap `site.target` inside the imported `module`. Returns None if it was already wrapped.
+
+    Raises AttributeError when the target does not exist and TypeError when it is not a
+    function (e.g. a C builtin, which cannot carry a Python wrapper's metadata here).
+    """
+    owner, attr = resolve_owner(module, site.target.qualname)
+    raw = inspect.getattr_static(owner, attr) if inspect.isclass(owner) else getattr(owner, attr)
+    kind = "plain"
+    fn: Any = raw
+    if isinstance(raw, staticmethod):
+        kind, fn = "static", raw.__func__
+    elif isinstance(raw, classmethod):
+        kind, fn = "class", raw.__func__
+    if getattr(fn, WRAPPED_MARK, None) is not None:
+        return None
+    if not callable(fn):
+        msg = f"{site.target} is not callable ({type(fn).__name__})"
+        raise TypeError(msg)
+    wrapped = make_wrapper(fn, site, hooks)
+    new: object = wrapped
+    if kind == "static":
+        new = staticmethod(wrapped)
+    elif kind == "class":
+        new = classmethod(wrapped)
+    setattr(owner, attr, new)
+    return Installed(str(site.target), owner, attr, raw)
+
+
+def uninstall(installed: Installed) -> None:
+    setattr(installed.owner, installed.attr, installed.original)

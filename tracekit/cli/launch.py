@@ -1,0 +1,131 @@
+"""`tracekit launch -- CMD`: run a server command with every rank instrumented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command(
+    name="launch",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--adapter",
+    default=None,
+    help="Built-in phase map: demo, sglang or vllm (default: demo unless --phases is given).",
+)
+@click.option(
+    "--phases",
+    "phases_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Your own phase map (TOML); see docs/launch.md.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["light", "full"]),
+    default="light",
+    show_default=True,
+    help="light: NVTX ranges, CPU times, CUDA events. full: also a torch.profiler window.",
+)
+@click.option(
+    "--profile-cycles",
+    default=None,
+    metavar="START:COUNT",
+    help="Cycles profiled on every rank in full mode [default: 2:3].",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("tracekit-runs"),
+    show_default=True,
+    help="Directory that receives the run directory.",
+)
+@click.option("--name", default=None, help="Run directory name [default: <time>-<program>].")
+@click.option(
+    "--no-merge", is_flag=True, help="Leave the raw output; run `tracekit merge RUN_DIR` later."
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds the command gets to stop after SIGINT/SIGTERM before its group is killed.",
+)
+@click.option(
+    "--flush-seconds",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Each process writes its records at least this often (and every 1000 records).",
+)
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def command(
+    adapter: str | None,
+    phases_file: Path | None,
+    mode: str,
+    profile_cycles: str | None,
+    out: Path,
+    name: str | None,
+    no_merge: bool,
+    grace: float,
+    flush_seconds: float,
+    cmd: tuple[str, ...],
+) -> None:
+    """Run CMD with the draft, verify and allreduce phases of every rank recorded.
+
+    Every Python process of CMD's tree is instrumented through a `sitecustomize` bootstrap on
+    PYTHONPATH; SIGINT/SIGTERM are forwarded; the run is merged at the end and tracekit exits
+    with CMD's exit code.
+
+    \b
+    Example:
+        tracekit launch --adapter demo -- python -m tracekit.demo --ranks 8 --cycles 20
+        tracekit launch --adapter sglang -- python -m sglang.launch_server --model-path M \\
+            --speculative-algorithm EAGLE --speculative-draft-model-path D --tp 8
+        tracekit launch --phases my_map.toml -- python my_program.py
+        tracekit summary tracekit-runs/<run>
+    """
+    import sys
+
+    from tracekit.collectors import phasemap
+    from tracekit.collectors.launcher import LaunchOptions, launch
+    from tracekit.errors import CollectorError
+
+    if adapter and phases_file:
+        msg = "--adapter and --phases cannot be used together; keep one"
+        raise CollectorError(msg)
+    path = phases_file if phases_file else phasemap.builtin_path(adapter or "demo")
+    if profile_cycles and mode != "full":
+        click.echo("tracekit: --profile-cycles only applies with --mode full; ignored", err=True)
+        profile_cycles = None
+    if mode == "full" and not profile_cycles:
+        profile_cycles = "2:3"
+    opts = LaunchOptions(
+        command=list(cmd),
+        phasemap_path=path,
+        mode=mode,
+        profile_cycles=profile_cycles,
+        out=out,
+        name=name,
+        merge=not no_merge,
+        grace_s=grace,
+        flush_seconds=flush_seconds,
+    )
+    result = launch(opts)
+    click.echo(f"Run directory: {result.run_dir}", err=True)
+    m = result.merge_result
+    if m is not None:
+        for w in m.warnings:
+            click.echo(f"tracekit: warning: {w}", err=True)
+        click.echo(
+            f"Merged {len(m.ranks)} rank(s): {m.phases} phase calls, {m.cycles} cycles, "
+            f"{m.counters} counter samples, {m.events} events",
+            err=True,
+        )
+        click.echo(f"Next: tracekit summary {result.run_dir}", err=True)
+    else:
+        click.echo(f"Next: tracekit merge {result.run_dir}", err=True)
+    sys.exit(result.exit_code)
