@@ -167,7 +167,7 @@ class _RunContext:
                     "rank", "cycle", "phase", "start_ns", "end_ns", "depth", "parent"
                 )
         except TracekitError as exc:
-            stats.notes.append(f"phases unavailable: {exc}")
+            stats.notes.append(f"phases and breakdown unavailable: {exc}")
 
         breakdown: pl.DataFrame | None = None
         try:
@@ -179,7 +179,8 @@ class _RunContext:
                 "breakdown unavailable: tracekit.analyzers.breakdown is not installed"
             )
         except TracekitError as exc:
-            stats.notes.append(f"breakdown unavailable: {exc}")
+            if not any(str(exc) in n for n in stats.notes):
+                stats.notes.append(f"breakdown unavailable: {exc}")
         return cls(tables=tables, processes=processes, phases=phases, breakdown=breakdown)
 
 
@@ -500,19 +501,12 @@ class _RankExport:
         if ph.height == 0:
             return []
         bd = self._breakdown()
+        # a breakdown row is a top-level phase instance: same rank, cycle, phase and CPU start
         by_key: dict[tuple[int, str, int], dict[str, Any]] = {}
         if bd is not None and bd.height:
-            bd = bd.sort("start_ns").with_columns(
-                pl.int_range(pl.len()).over("cycle", "phase").alias("_k")
-            )
             for row in bd.iter_rows(named=True):
-                by_key[(int(row["cycle"]), str(row["phase"]), int(row["_k"]))] = row
-        top = ph.with_columns(
-            pl.when(pl.col("depth") == 0)
-            .then(pl.int_range(pl.len()).over("cycle", "phase", "depth"))
-            .otherwise(None)
-            .alias("_k")
-        )
+                by_key[(int(row["cycle"]), str(row["phase"]), int(row["start_ns"]))] = row
+        top = ph
         track = self.descriptor("phases", parent=proc, rank_order=1)
         starts = top["start_ns"].to_numpy().astype(np.int64)
         ends = np.maximum(top["end_ns"].to_numpy().astype(np.int64), starts)
@@ -521,8 +515,8 @@ class _RankExport:
             args: dict[str, Any] = {"cycle": row["cycle"], "depth": row["depth"]}
             if row.get("parent"):
                 args["parent"] = row["parent"]
-            if row["_k"] is not None and row["cycle"] is not None:
-                b = by_key.get((int(row["cycle"]), str(row["phase"]), int(row["_k"])))
+            if row["depth"] == 0 and row["cycle"] is not None:
+                b = by_key.get((int(row["cycle"]), str(row["phase"]), int(row["start_ns"])))
                 if b is not None:
                     args.update({k: b[k] for k in BREAKDOWN_ARGS if k in b})
             special[i] = self.add_special(args)

@@ -182,3 +182,42 @@ def test_bad_inputs_raise_tracekit_errors(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="tracekit ingest"):
         write_perfetto(tmp_path / "empty", tmp_path / "x.pftrace")
     assert not (tmp_path / "x.pftrace").exists()
+
+
+def test_phase_and_cycle_args_carry_the_breakdown(run: tuple[Path, ReadBack]) -> None:
+    # GIVEN the analyzers' breakdown of the run
+    from tracekit.analyzers.breakdown import breakdown
+
+    run_dir, rb = run
+    bd = breakdown(run_dir)
+    # WHEN reading the phases tracks' slices
+    got = {}
+    for rank, proc in _rank_tracks(rb).items():
+        kids = {rb.track_name(u): u for u in rb.children(proc)}
+        for s in rb.slices:
+            if s.track == kids["phases"]:
+                got[(rank, s.args["cycle"], s.name, s.start)] = s.args
+    # THEN every breakdown row is on its phase slice, field for field
+    assert len(got) == bd.height == 2 * 4 * 2
+    for row in bd.iter_rows(named=True):
+        args = got[(row["rank"], row["cycle"], row["phase"], row["start_ns"])]
+        for key in (
+            "wall_ns",
+            "forward_ns",
+            "allreduce_ns",
+            "overhead_ns",
+            "graph_replayed",
+            "kernels",
+        ):
+            assert args[key] == row[key], key
+        assert args.get("allreduce_impl") == row["allreduce_impl"]
+    # and each cycle slice sums its phases
+    for rank, proc in _rank_tracks(rb).items():
+        kids = {rb.track_name(u): u for u in rb.children(proc)}
+        for s in rb.slices:
+            if s.track == kids["cycles"]:
+                rows = bd.filter((pl.col("rank") == rank) & (pl.col("cycle") == s.args["cycle"]))
+                assert s.args["forward_ns"] == rows["forward_ns"].sum()
+                assert s.args["allreduce_ns"] == rows["allreduce_ns"].sum()
+                assert s.args["overhead_ns"] == rows["overhead_ns"].sum()
+                assert s.args["wall_ns"] == rows["wall_ns"].sum()
