@@ -361,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
         backend, message = choose_backend(opts)
+        if backend == "gloo" and opts.device == "cuda" and opts.verify_mode == "graph":
+            msg = (
+                f"--verify-mode graph needs CUDA graphs, which gloo cannot capture ({message}); "
+                "use --verify-mode extend or one rank a GPU"
+            )
+            raise InputError(msg)
     except TracekitError as exc:
         print(f"python -m tracekit.demo: error: {exc}", file=sys.stderr)
         return exc.exit_code
