@@ -576,11 +576,21 @@ class _RankExport:
         import polars as pl
 
         ev = events.select(
-            "name", "ph", "start_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation"
+            "cat",
+            "name",
+            "ph",
+            "start_ns",
+            "dur_ns",
+            "pid",
+            "tid",
+            "device",
+            "stream",
+            "correlation",
         ).with_columns(
             pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
             pl.col("ph").cast(pl.String).fill_null("X"),
             pl.col("correlation").fill_null(0),
+            (pl.col("cat").cast(pl.String) == "gpu_user_annotation").fill_null(False).alias("_ann"),
         )
         ev = ev.with_columns(pl.Series("_iid", self.intern_column(ev["name"]))).drop("name")
         ev = ev.with_row_index("_row")
@@ -616,8 +626,10 @@ class _RankExport:
         if gpu.height:
             gpu = gpu.with_columns(pl.col("device").fill_null(pl.col("pid")).fill_null(-1))
             dev_tracks: dict[int, int] = {}
-            for (device, stream), sel in sorted(
-                gpu.partition_by("device", "stream", as_dict=True, maintain_order=True).items()
+            for (device, stream, ann), sel in sorted(
+                gpu.partition_by(
+                    "device", "stream", "_ann", as_dict=True, maintain_order=True
+                ).items()
             ):
                 if device not in dev_tracks:
                     dev_tracks[device] = self.descriptor(
@@ -625,15 +637,17 @@ class _RankExport:
                     )
                 st = sel["start_ns"].to_numpy().astype(np.int64)
                 en = st + sel["dur_ns"].to_numpy().astype(np.int64)
-                track = self.descriptor(f"stream {stream}", parent=dev_tracks[device])
+                # GPU annotations (gpu_user_annotation) span kernels: a nested track of their own
+                tname = f"stream {stream} · annotations" if ann else f"stream {stream}"
+                track = self.descriptor(tname, parent=dev_tracks[device])
                 out += self._lane_split(
                     track,
                     dev_tracks[device],
-                    f"stream {stream}",
+                    tname,
                     st,
                     en,
                     sel["_iid"].to_numpy(),
-                    nested=False,
+                    nested=bool(ann),
                     correlation=sel["correlation"].to_numpy().astype(np.int64),
                     flow=sel["_flow"].to_numpy().astype(np.uint64)
                     if "_flow" in sel.columns
