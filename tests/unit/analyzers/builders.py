@@ -109,3 +109,55 @@ def write_events(run_dir: Path, traces: dict[int, RankTrace]) -> Path:
 
 def write_rows(run_dir: Path, table: str, rank: int, rows: list[dict[str, Any]]) -> None:
     write_partition(run_dir, table, rank, _table(rows))
+
+
+BASE_TIME_NS = 1_790_857_026_000_000_000  # a real kineto baseTimeNanoseconds value
+
+
+def _us(ns: int) -> float:
+    return round(ns / 1000, 3)
+
+
+def to_kineto(trace: RankTrace, rank: int, world: int) -> dict[str, Any]:
+    """The rank's rows as a torch-2.x Kineto trace (relative ts in µs, 3 decimals)."""
+    events: list[dict[str, Any]] = []
+    for r in trace.rows:
+        ev: dict[str, Any] = {
+            "ph": "X",
+            "cat": r["cat"],
+            "name": r["name"],
+            "pid": r["pid"],
+            "tid": r["tid"],
+            "ts": _us(r["start_ns"]),
+            "dur": _us(r["dur_ns"]),
+            "args": {},
+        }
+        if r["cat"] in ("cuda_runtime", "cuda_driver"):
+            ev["args"] = {"cbid": 211, "correlation": r["correlation"]}
+        elif r["cat"] in GPU_CATS:
+            ev["args"] = {
+                "device": r["device"],
+                "stream": r["stream"],
+                "correlation": r["correlation"],
+            }
+        events.append(ev)
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": BASE_TIME_NS,
+        "traceEvents": events,
+        "traceName": f"rank{rank}.json",
+    }
+
+
+def write_kineto(out_dir: Path, traces: dict[int, RankTrace]) -> list[Path]:
+    import json
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank, tr in traces.items():
+        p = out_dir / f"trace_rank{rank}.json"
+        p.write_text(json.dumps(to_kineto(tr, rank, len(traces))))
+        paths.append(p)
+    return paths

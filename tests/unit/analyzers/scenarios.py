@@ -11,6 +11,10 @@ CUSTOM = "void cross_device_reduce_1stage<__nv_bfloat16, 2>(RankData*, RankSigna
 
 
 def two_rank_gpu(run_dir: Path) -> Path:
+    return write_events(run_dir, two_rank_gpu_traces())
+
+
+def two_rank_gpu_traces() -> dict[int, RankTrace]:
     """2 ranks x 2 cycles: graph-launched draft, eager verify with NCCL then custom allreduce,
     idle gaps, an unattributed kernel (rank 0), a memcpy (rank 1); rank 1 computes slower."""
     r0 = RankTrace(pid=100, tid=7)
@@ -49,10 +53,14 @@ def two_rank_gpu(run_dir: Path) -> Path:
     r1.range("tracekit/verify", 6000, 8000)
     r1.launch(6100, [("gemm", 6200, 7000)])
     r1.launch(6150, [(CUSTOM, 7000, 7300)], stream=20)
-    return write_events(run_dir, {0: r0, 1: r1})
+    return {0: r0, 1: r1}
 
 
 def cpu_gloo(run_dir: Path) -> Path:
+    return write_events(run_dir, cpu_gloo_traces())
+
+
+def cpu_gloo_traces() -> dict[int, RankTrace]:
     """One CPU-only rank, shaped like a real gloo trace: the allreduce runs on gloo's thread."""
     r = RankTrace(pid=300, tid=1)
     r.range("tracekit/cycle", 0, 10000)
@@ -63,7 +71,7 @@ def cpu_gloo(run_dir: Path) -> Path:
     r.range("tracekit/allreduce", 3000, 8000)
     r.cpu_op("c10d::allreduce_", 3100, 3200)
     r.range("gloo:all_reduce", 3300, 7800, tid=2)
-    return write_events(run_dir, {0: r})
+    return {0: r}
 
 
 def light_mode(run_dir: Path) -> Path:
@@ -132,6 +140,10 @@ def light_mode(run_dir: Path) -> Path:
 
 
 def sglang_spans(run_dir: Path) -> Path:
+    return write_events(run_dir, sglang_spans_traces())
+
+
+def sglang_spans_traces() -> dict[int, RankTrace]:
     """SGLang's built-in span names, no cycle marks: cycles start at each draft."""
     r = RankTrace(pid=400, tid=4)
     r.range("step[VERIFY bs=1]", 0, 500)  # before the first draft: outside every cycle
@@ -149,4 +161,4 @@ def sglang_spans(run_dir: Path) -> Path:
     r.launch(5100, [("gemm", 5100, 5900)])
     r.range("draft_extend", 6000, 6500)
     r.launch(6100, [("k2", 6100, 6400)])
-    return write_events(run_dir, {0: r})
+    return {0: r}

@@ -1,0 +1,282 @@
+"""What changed between two runs, biggest significant change first.
+
+Per phase: the median wall time of its instances (all ranks and cycles) in run A and run B, the
+change, a bootstrap 95% interval of the change (resampling each run's instances with
+replacement, fixed seed, so the same two runs always give the same interval), a significance
+flag (the interval excludes 0), the change of the forward / allreduce / overhead medians, the
+share of instances that replayed a graph and the allreduce implementations. Then the manifest:
+environment per rank, packages and commits, versions, GPU clock and power medians.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from tracekit.analyzers.breakdown import analyze
+from tracekit.analyzers.rules import RuleTable, load_rules
+
+from tracekit.store.reader import has_table, scan_table
+
+NS_PER_MS = 1_000_000
+RESAMPLES = 1000
+SEED = 20261129
+MANIFEST_SECTIONS = ("env", "packages", "versions", "gpu")
+GPU_REL_TOLERANCE = 0.01  # GPU medians closer than 1% are not reported as changed
+
+
+def _median_ms(values: pl.Series) -> float | None:
+    med = values.median()
+    return None if med is None else float(med) / NS_PER_MS  # type: ignore[arg-type]
+
+
+def _boot_medians(values: pl.Series, resamples: int, seed: int) -> pl.Series:
+    """Medians of `resamples` resamples (with replacement) of `values`, deterministic."""
+    n = values.len()
+    draws = values.sample(n * resamples, with_replacement=True, seed=seed)
+    return (
+        pl.DataFrame({"v": draws, "g": pl.int_range(n * resamples, eager=True) // n})
+        .group_by("g")
+        .agg(pl.col("v").median())
+        .sort("g")["v"]
+    )
+
+
+def bootstrap_ci(
+    a: pl.Series, b: pl.Series, *, resamples: int = RESAMPLES, seed: int = SEED
+) -> tuple[float, float]:
+    """95% percentile interval of median(b) - median(a), in the values' unit."""
+    diffs = _boot_medians(b, resamples, seed + 1) - _boot_medians(a, resamples, seed)
+    lo = diffs.quantile(0.025, interpolation="linear")
+    hi = diffs.quantile(0.975, interpolation="linear")
+    return float(lo), float(hi)  # type: ignore[arg-type]
+
+
+def _impl_counts(rows: pl.DataFrame) -> dict[str, int]:
+    counts = rows.filter(pl.col("allreduce_impl").is_not_null()).group_by("allreduce_impl").len()
+    return dict(sorted(counts.iter_rows()))
+
+
+def phase_changes(
+    a: pl.DataFrame, b: pl.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED
+) -> dict[str, dict[str, Any]]:
+    """DESIGN's diff `phases` map from two breakdowns, biggest significant change first."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for phase in sorted(set(a["phase"].to_list()) | set(b["phase"].to_list())):
+        ra, rb = a.filter(pl.col("phase") == phase), b.filter(pl.col("phase") == phase)
+        entry: dict[str, Any] = {
+            "a_ms_p50": _median_ms(ra["wall_ns"]),
+            "b_ms_p50": _median_ms(rb["wall_ns"]),
+            "delta_ms": None,
+            "ci95_ms": None,
+            "significant": False,
+            "a_count": ra.height,
+            "b_count": rb.height,
+        }
+        for part in ("forward", "allreduce", "overhead"):
+            ma, mb = _median_ms(ra[f"{part}_ns"]), _median_ms(rb[f"{part}_ns"])
+            entry[f"{part}_delta_ms"] = None if ma is None or mb is None else mb - ma
+        if ra.height and rb.height:
+            entry["delta_ms"] = entry["b_ms_p50"] - entry["a_ms_p50"]
+            lo, hi = bootstrap_ci(
+                ra["wall_ns"].cast(pl.Float64),
+                rb["wall_ns"].cast(pl.Float64),
+                resamples=resamples,
+                seed=seed,
+            )
+            entry["ci95_ms"] = [lo / NS_PER_MS, hi / NS_PER_MS]
+            entry["significant"] = lo > 0 or hi < 0
+        entry["graph_replayed_frac"] = {
+            "a": _frac(ra["graph_replayed"]),
+            "b": _frac(rb["graph_replayed"]),
+        }
+        entry["allreduce_impl"] = {"a": _impl_counts(ra), "b": _impl_counts(rb)}
+        out.append((phase, entry))
+    out.sort(key=lambda kv: (not kv[1]["significant"], -abs(kv[1]["delta_ms"] or 0.0), kv[0]))
+    return dict(out)
+
+
+def _frac(s: pl.Series) -> float | None:
+    m = s.cast(pl.Float64).mean()
+    return None if m is None else float(m)  # type: ignore[arg-type]
+
+
+# ---- manifest ---------------------------------------------------------------------------------
+
+
+def _manifest(run_dir: Path) -> dict[str, dict[int, dict[str, str]]]:
+    """section -> rank -> key -> value (sections of interest only; GPU medians from the
+    counters table when the manifest has none)."""
+    out: dict[str, dict[int, dict[str, str]]] = {s: {} for s in MANIFEST_SECTIONS}
+    if has_table(run_dir, "manifests"):
+        rows = (
+            scan_table(run_dir, "manifests")
+            .filter(pl.col("section").is_in(MANIFEST_SECTIONS))
+            .select("rank", "section", "key", "value")
+            .collect()
+        )
+        for rank, section, key, value in rows.iter_rows():
+            out[section].setdefault(rank, {})[key] = value
+    if not out["gpu"] and has_table(run_dir, "counters"):
+        med = (
+            scan_table(run_dir, "counters")
+            .group_by("rank", pl.col("metric").cast(pl.String))
+            .agg(pl.col("value").median())
+            .collect()
+        )
+        for rank, metric, value in med.iter_rows():
+            out["gpu"].setdefault(rank, {})[f"{metric}_p50"] = f"{value:g}"
+    return out
+
+
+def _differs(section: str, va: str | None, vb: str | None) -> bool:
+    if va == vb:
+        return False
+    if section == "gpu" and va is not None and vb is not None:
+        try:
+            fa, fb = float(va), float(vb)
+        except ValueError:
+            return True
+        return abs(fb - fa) > GPU_REL_TOLERANCE * max(abs(fa), abs(fb))
+    return True
+
+
+def manifest_changes(run_a: Path, run_b: Path) -> dict[str, list[dict[str, Any]]]:
+    """Per section, entries `name, a, b` (and `ranks` when only some ranks differ), compared
+    rank by rank over the ranks both runs have."""
+    ma, mb = _manifest(run_a), _manifest(run_b)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for section in MANIFEST_SECTIONS:
+        sa, sb = ma[section], mb[section]
+        common = sorted(set(sa) & set(sb))
+        keys = sorted({k for r in common for k in (*sa[r], *sb[r])})
+        entries = []
+        for key in keys:
+            ranks = [r for r in common if _differs(section, sa[r].get(key), sb[r].get(key))]
+            if not ranks:
+                continue
+            entry: dict[str, Any] = {
+                "name": key,
+                "a": sa[ranks[0]].get(key),
+                "b": sb[ranks[0]].get(key),
+            }
+            if len(ranks) < len(common):
+                entry["ranks"] = ranks
+            entries.append(entry)
+        out[section] = entries
+    return out
+
+
+# ---- headline ---------------------------------------------------------------------------------
+
+
+def _ms(v: float) -> str:
+    return f"{v:.2f} ms"
+
+
+def _dominant(counts: dict[str, int]) -> str | None:
+    return max(counts, key=lambda k: (counts[k], k)) if counts else None
+
+
+def headline(
+    phases: dict[str, dict[str, Any]],
+    manifest: dict[str, list[dict[str, Any]]],
+    *,
+    env_known: bool,
+) -> list[str]:
+    """A few plain sentences, most important first."""
+    lines: list[str] = []
+    for name, p in phases.items():
+        if not p["significant"]:
+            continue
+        delta = p["delta_ms"]
+        lo, hi = p["ci95_ms"]
+        parts = [
+            f"{part} {p[f'{part}_delta_ms']:+.2f} ms"
+            for part in ("forward", "allreduce", "overhead")
+            if p[f"{part}_delta_ms"] is not None and abs(p[f"{part}_delta_ms"]) >= 0.005
+        ]
+        lines.append(
+            f"{name} is {_ms(abs(delta))} {'slower' if delta > 0 else 'faster'} in B "
+            f"({_ms(p['a_ms_p50'])} -> {_ms(p['b_ms_p50'])} median, 95% CI {lo:+.2f} to "
+            f"{hi:+.2f} ms)" + (f": {', '.join(parts)}." if parts else ".")
+        )
+        g = p["graph_replayed_frac"]
+        if g["a"] is not None and g["b"] is not None and abs(g["a"] - g["b"]) >= 0.1:
+            lines.append(
+                f"{name} replayed CUDA graphs in {g['a']:.0%} of instances in A and "
+                f"{g['b']:.0%} in B."
+            )
+        ia, ib = _dominant(p["allreduce_impl"]["a"]), _dominant(p["allreduce_impl"]["b"])
+        if ia != ib:
+            lines.append(f"{name}'s allreduce changed from {ia or 'none'} to {ib or 'none'}.")
+    if not lines:
+        biggest = next(iter(phases.items()), None)
+        if biggest and biggest[1]["delta_ms"] is not None:
+            lines.append(
+                f"No phase changed significantly (largest change: {biggest[0]} "
+                f"{biggest[1]['delta_ms']:+.2f} ms)."
+            )
+        else:
+            lines.append("No phase changed significantly.")
+    pkgs = manifest.get("packages", [])
+    if pkgs:
+        shown = ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in pkgs[:4])
+        more = f" and {len(pkgs) - 4} more" if len(pkgs) > 4 else ""
+        lines.append(f"Packages and commits changed: {shown}{more}.")
+    vers = manifest.get("versions", [])
+    if vers:
+        lines.append(
+            "Versions changed: "
+            + ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in vers)
+            + "."
+        )
+    env = manifest.get("env", [])
+    nccl = [e for e in env if e["name"].startswith("NCCL_")]
+    if nccl:
+        lines.append(
+            "NCCL environment changed: "
+            + ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in nccl)
+            + "."
+        )
+    elif env_known:
+        lines.append("No NCCL_* environment variable changed.")
+    other_env = [e for e in env if not e["name"].startswith("NCCL_")]
+    if other_env:
+        lines.append(
+            f"{len(other_env)} other environment variable(s) changed (see `manifest.env`)."
+        )
+    gpu = manifest.get("gpu", [])
+    if gpu:
+        lines.append(
+            "GPU medians changed: "
+            + ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in gpu)
+            + "."
+        )
+    return lines
+
+
+def diff_runs(
+    run_a: Path,
+    run_b: Path,
+    *,
+    rules: Path | RuleTable | None = None,
+    impl_table: Path | None = None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> dict[str, Any]:
+    """DESIGN's diff fields (`phases`, `manifest`) plus `headline` (list of sentences)."""
+    table = rules if isinstance(rules, RuleTable) else load_rules(rules)
+    a = analyze(run_a, rules=table, impl_table=impl_table).breakdown
+    b = analyze(run_b, rules=table, impl_table=impl_table).breakdown
+    phases = phase_changes(a, b, resamples=resamples, seed=seed)
+    manifest = manifest_changes(Path(run_a), Path(run_b))
+    env_known = bool(_manifest(Path(run_a))["env"]) and bool(_manifest(Path(run_b))["env"])
+    return {
+        "a": str(run_a),
+        "b": str(run_b),
+        "headline": headline(phases, manifest, env_known=env_known),
+        "phases": phases,
+        "manifest": manifest,
+    }

@@ -1,0 +1,123 @@
+"""Rank skew: per cycle and phase, how far apart the ranks are and which one lags.
+
+Collectives are matched across ranks by order within (cycle, phase): the k-th communication
+activity of verify in cycle 7 on rank 0 is the same collective as the k-th on rank 3. A
+collective's transfer time is the fastest rank's duration (the rank that arrived last waited
+least); every other rank's extra duration is wait. A rank's work in a phase is its wall time
+minus its allreduce wait; the slowest rank is the one with the most work (ties: lowest rank).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from tracekit.analyzers.allreduce import ImplTable, load_impl_table
+from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
+from tracekit.analyzers.phases import all_rank_phases
+from tracekit.analyzers.rules import RuleTable, load_rules
+
+SKEW_COLUMNS = [
+    "cycle",
+    "phase",
+    "ranks",
+    "wall_ns_min",
+    "wall_ns_max",
+    "work_ns_min",
+    "work_ns_max",
+    "spread_ns",
+    "slowest_rank",
+    "collectives",
+    "allreduce_transfer_ns",
+    "allreduce_wait_ns_max",
+]
+
+
+def collectives(
+    run_dir: Path, *, rules: RuleTable | None = None, impl_table: ImplTable | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-rank breakdown, communication activities: rank, cycle, phase, k, dur_ns)."""
+    rule_table = rules or load_rules()
+    table = impl_table or load_impl_table()
+    bds, comms = [], []
+    for rp in all_rank_phases(Path(run_dir), rule_table):
+        ivals = rank_intervals(Path(run_dir), rp, table)
+        bds.append(rank_breakdown(Path(run_dir), rp, table, ivals))
+        top = rp.instances.filter((pl.col("depth") == 0) & (pl.col("cycle") >= 0))
+        comms.append(
+            ivals[0]
+            .filter(pl.col("comm") & pl.col("inst").is_not_null())
+            .join(top.select("inst", "rank", "cycle", "phase"), on="inst", how="inner")
+            .sort("start_ns")
+            .with_columns(pl.int_range(pl.len()).over("rank", "cycle", "phase").alias("k"))
+            .select(
+                "rank",
+                "cycle",
+                "phase",
+                "k",
+                (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+            )
+        )
+    return pl.concat(bds, how="vertical_relaxed"), pl.concat(comms, how="vertical_relaxed")
+
+
+def rank_waits(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, cycle, phase): allreduce_wait_ns and matched collectives, for the
+    collectives seen on every rank that ran the phase."""
+    nranks = bd.group_by("cycle", "phase").agg(pl.col("rank").n_unique().alias("_n"))
+    matched = (
+        comm.join(nranks, on=["cycle", "phase"])
+        .with_columns(
+            pl.col("dur_ns").min().over("cycle", "phase", "k").alias("_min"),
+            pl.len().over("cycle", "phase", "k").alias("_seen"),
+        )
+        .filter(pl.col("_seen") == pl.col("_n"))
+    )
+    return matched.group_by("rank", "cycle", "phase").agg(
+        (pl.col("dur_ns") - pl.col("_min")).sum().alias("allreduce_wait_ns"),
+        pl.col("_min").sum().alias("allreduce_transfer_ns"),
+        pl.len().alias("collectives"),
+    )
+
+
+def skew_from(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    waits = rank_waits(bd, comm)
+    per_rank = (
+        bd.select("rank", "cycle", "phase", "wall_ns")
+        .join(waits, on=["rank", "cycle", "phase"], how="left")
+        .with_columns(
+            pl.col("allreduce_wait_ns").fill_null(0),
+            pl.col("allreduce_transfer_ns").fill_null(0),
+            pl.col("collectives").fill_null(0),
+        )
+        .with_columns((pl.col("wall_ns") - pl.col("allreduce_wait_ns")).alias("work_ns"))
+    )
+    return (
+        per_rank.sort("rank")
+        .group_by("cycle", "phase")
+        .agg(
+            pl.len().alias("ranks"),
+            pl.col("wall_ns").min().alias("wall_ns_min"),
+            pl.col("wall_ns").max().alias("wall_ns_max"),
+            pl.col("work_ns").min().alias("work_ns_min"),
+            pl.col("work_ns").max().alias("work_ns_max"),
+            (pl.col("work_ns").max() - pl.col("work_ns").min()).alias("spread_ns"),
+            pl.col("rank")
+            .sort()
+            .get(pl.col("work_ns").sort_by("rank").arg_max())
+            .alias("slowest_rank"),
+            pl.col("collectives").max().cast(pl.Int64).alias("collectives"),
+            pl.col("allreduce_transfer_ns").max().alias("allreduce_transfer_ns"),
+            pl.col("allreduce_wait_ns").max().alias("allreduce_wait_ns_max"),
+        )
+        .sort("cycle", "phase")
+        .select(SKEW_COLUMNS)
+    )
+
+
+def skew(
+    run_dir: Path, *, rules: Path | None = None, impl_table: Path | None = None
+) -> pl.DataFrame:
+    """Per (cycle, phase): SKEW_COLUMNS."""
+    bd, comm = collectives(run_dir, rules=load_rules(rules), impl_table=load_impl_table(impl_table))
+    return skew_from(bd, comm)
