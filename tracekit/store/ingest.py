@@ -60,7 +60,11 @@ class IngestResult:
 
 
 class IngestError(InputError):
-    """Some inputs could not be ingested; the others were. `result` says what was written."""
+    """Several inputs could not be ingested; the others were. `result` says what was written.
+
+    A single bad input raises its own class (TraceFormatError, RankError, ...); every error
+    raised by `ingest` carries the `result` attribute.
+    """
 
     def __init__(self, message: str, result: IngestResult) -> None:
         super().__init__(message)
@@ -84,7 +88,7 @@ class _Outcome:
     events: int = 0
     salvaged: bool = False
     warnings: list[str] = field(default_factory=list)
-    error: str | None = None
+    error: TracekitError | None = None
     events_file: Path | None = None
     manifests_file: Path | None = None
 
@@ -142,19 +146,24 @@ def ingest(
     result = IngestResult(run_dir=run_dir)
     try:
         outcomes = _run(tasks, jobs=jobs, progress=progress)
-        _commit(outcomes, layout, result)
+        failures = _commit(outcomes, layout, result)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    if result.errors:
-        if len(result.errors) == 1:
-            message = result.errors[0]
+    if failures:
+        suffix = (
+            f" (ingested the other {len(result.files)} file(s) into {run_dir})"
+            if result.files
+            else ""
+        )
+        error: TracekitError
+        if len(failures) == 1:
+            # One bad input: raise it as what it is (TraceFormatError, RankError, ...).
+            error = type(failures[0])(f"{failures[0]}{suffix}")
         else:
-            message = f"{len(result.errors)} inputs could not be ingested: " + "; ".join(
-                result.errors
-            )
-        if result.files:
-            message += f" (ingested the other {len(result.files)} file(s) into {run_dir})"
-        raise IngestError(message, result)
+            message = f"{len(failures)} inputs could not be ingested: " + "; ".join(result.errors)
+            error = IngestError(message + suffix, result)
+        error.result = result  # type: ignore[attr-defined]
+        raise error
     return result
 
 
@@ -188,21 +197,26 @@ def _run(
     return outcomes
 
 
-def _commit(outcomes: list[_Outcome], layout: RunLayout, result: IngestResult) -> None:
+def _commit(
+    outcomes: list[_Outcome], layout: RunLayout, result: IngestResult
+) -> list[TracekitError]:
     by_rank: dict[int, list[_Outcome]] = {}
+    failures: list[TracekitError] = []
     for o in outcomes:
         result.warnings.extend(o.warnings)
         if o.error is not None:
-            result.errors.append(o.error)
+            failures.append(o.error)
         elif o.rank is not None:
             by_rank.setdefault(o.rank, []).append(o)
     for rank in sorted(by_rank):
         group = by_rank[rank]
         if len(group) > 1:
             names = " and ".join(str(o.path) for o in group)
-            result.errors.append(
-                f"{names} both claim rank {rank}; ingest them into separate run directories "
-                "or pass one file with `--rank N`"
+            failures.append(
+                RankError(
+                    f"{names} both claim rank {rank}; ingest them into separate run "
+                    "directories or pass one file with `--rank N`"
+                )
             )
             continue
         o = group[0]
@@ -211,6 +225,8 @@ def _commit(outcomes: list[_Outcome], layout: RunLayout, result: IngestResult) -
         _place(o.events_file, layout.partition_dir("events", rank) / EVENTS_PART)
         _place(o.manifests_file, layout.partition_dir("manifests", rank) / MANIFESTS_PART)
         result.files.append(IngestedFile(o.path, rank, o.rank_source, o.events, o.salvaged))
+    result.errors.extend(str(f) for f in failures)
+    return failures
 
 
 def _place(src: Path, dst: Path) -> None:
@@ -266,10 +282,10 @@ def _ingest_one(task: _Task) -> _Outcome:
         manifests_file = task.staging / f"{task.index}.manifests.parquet"
         pq.write_table(mtable, manifests_file, compression="zstd")
         out.events_file, out.manifests_file = events_file, manifests_file
-    except (TracekitError, RankError) as exc:
-        out.error = str(exc)
+    except TracekitError as exc:
+        out.error = exc
     except OSError as exc:
-        out.error = (
+        out.error = InputError(
             f"{task.path}: cannot read ({exc.strerror or exc}); check the path and permissions"
         )
     finally:
