@@ -133,16 +133,20 @@ def test_ingest_columns_and_graph_launch(tmp_path: Path) -> None:
     f = write(tmp_path / "g.json", trace(events, rank=3))
     ingest([f], tmp_path / "run", jobs=1)
     df = read_table(tmp_path / "run", "events")
-    by = {n: r for n, r in zip(df["name"].cast(pl.String).to_list(), df.to_dicts())}
+    by = dict(zip(df["name"].cast(pl.String).to_list(), df.to_dicts()))
     # flows and metadata are not rows; X, C and the instant are
     assert sorted(df["ph"].cast(pl.String).unique().to_list()) == ["C", "X", "i"]
     assert by["graph_k1"]["graph_launched"] is True
-    assert by["graph_k2"]["graph_launched"] is True and by["graph_k2"]["stream"] == 9
-    assert by["Memcpy DtoD"]["graph_launched"] is True and by["Memcpy DtoD"]["bytes"] == 4096
+    assert by["graph_k2"]["graph_launched"] is True
+    assert by["graph_k2"]["stream"] == 9
+    assert by["Memcpy DtoD"]["graph_launched"] is True
+    assert by["Memcpy DtoD"]["bytes"] == 4096
     assert by["eager"]["graph_launched"] is False
     assert by["cudaGraphLaunch"]["graph_launched"] is None  # CPU rows carry no device flag
-    assert by["cudaGraphLaunch"]["cbid"] == 211 and by["cudaGraphLaunch"]["args"] is None
-    assert by["eager"]["device"] == 0 and by["eager"]["external_id"] == 1008
+    assert by["cudaGraphLaunch"]["cbid"] == 211
+    assert by["cudaGraphLaunch"]["args"] is None
+    assert by["eager"]["device"] == 0
+    assert by["eager"]["external_id"] == 1008
     assert by["decode_graph"]["stream"] == 7  # annotation spans: stream from tid
     rpc = by["record_param_comms"]
     assert (
@@ -200,7 +204,9 @@ def test_string_pid_and_odd_arg_types(tmp_path: Path) -> None:
     f = write(tmp_path / "o.json", trace([ev]))
     ingest([f], tmp_path / "run", jobs=1)
     row = read_table(tmp_path / "run", "events").filter(pl.col("ph") == "X").to_dicts()[0]
-    assert row["pid"] is None and row["stream"] == 7 and row["correlation"] == 5
+    assert row["pid"] is None
+    assert row["stream"] == 7
+    assert row["correlation"] == 5
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

@@ -61,7 +61,9 @@ def test_duplicate_ranks_error_names_both_files(tmp_path: Path) -> None:
     with pytest.raises(RankError) as info:
         ingest([a, b, c], tmp_path / "run", jobs=1)
     msg = str(info.value)
-    assert str(a) in msg and str(b) in msg and "rank 1" in msg
+    assert str(a) in msg
+    assert str(b) in msg
+    assert "rank 1" in msg
     assert "\n" not in msg
     # the unambiguous rank was still written
     assert ranks(tmp_path / "run") == [0]
@@ -94,4 +96,6 @@ def test_cli_no_rank_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["ingest", str(f), "-o", str(tmp_path / "run")])
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "--rank" in lines[0] and str(f) in lines[0]
+    assert len(lines) == 1
+    assert "--rank" in lines[0]
+    assert str(f) in lines[0]
