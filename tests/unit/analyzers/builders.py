@@ -107,8 +107,10 @@ def write_events(run_dir: Path, traces: dict[int, RankTrace]) -> Path:
     return run_dir
 
 
-def write_rows(run_dir: Path, table: str, rank: int, rows: list[dict[str, Any]]) -> None:
-    write_partition(run_dir, table, rank, _table(rows))
+def write_rows(
+    run_dir: Path, table: str, rank: int, rows: list[dict[str, Any]], *, part: int = 0
+) -> None:
+    write_partition(run_dir, table, rank, _table(rows), part=part)
 
 
 BASE_TIME_NS = 1_790_857_026_000_000_000  # a real kineto baseTimeNanoseconds value
