@@ -34,7 +34,7 @@ from tracekit.store.ingest import ingest
         ("Stream Sync", "OTHER"),
         ("foo_Memcpy_kernel", "OTHER"),
         ("ncclDevKernel_Generic_1", "COMMUNICATION"),
-        ("nccl_without_the_k_word", "OTHER"),
+        ("nccl_without_the_k_word", "COMPUTATION"),  # 0.5.0: only ^nccl.*Kernel is comm
     ],
 )
 def test_hta_kernel_type(name: str, kind: str) -> None:
