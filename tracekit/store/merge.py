@@ -284,12 +284,12 @@ def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[
         for u, idx in uuid_to_index.items():
             if u == uuid or u.endswith(uuid) or uuid.endswith(u.removeprefix("GPU-")):
                 index_to_rank.setdefault(idx, p.rank)
-    out: dict[int, pa.Table] = {}
+    parts: dict[int, list[pa.Table]] = {}
     gpu_col = table.column("gpu").to_pylist()
     for idx in sorted(set(gpu_col)):
         mask = pa.array([g == idx for g in gpu_col])
-        out.setdefault(index_to_rank.get(idx, idx), table.filter(mask))
-    return out
+        parts.setdefault(index_to_rank.get(idx, idx), []).append(table.filter(mask))
+    return {rank: pa.concat_tables(tables) for rank, tables in parts.items()}
 
 
 def merge(run_dir: Path | str) -> MergeResult:

@@ -1,0 +1,225 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from tracekit.collectors.recorder import RAW_COLUMNS, raw_schema
+
+from tracekit.errors import InputError
+from tracekit.store.merge import merge
+from tracekit.store.reader import read_table
+
+EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+MAP_TARGET = """
+[[phase]]
+name = "draft"
+targets = ["m:W.draft"]
+[[phase]]
+name = "verify"
+targets = ["m:W.verify"]
+[[phase]]
+name = "allreduce"
+targets = ["m:G.all_reduce"]
+[cycle]
+targets = ["m:W.step"]
+require = "draft"
+"""
+
+
+def rec(
+    kind: str, cycle: int, phase: str | None, start: int, end: int, **kw: Any
+) -> dict[str, Any]:
+    row = dict.fromkeys(RAW_COLUMNS)
+    row.update(
+        kind=kind,
+        cycle=cycle,
+        phase=phase,
+        depth=0,
+        tid=1,
+        start_ns=start,
+        end_ns=end,
+        graph_replays=0,
+        ok=True,
+        target="m:x",
+    )
+    row.update(kw)
+    return row
+
+
+def write_proc(
+    raw: Path,
+    pid: int,
+    rows: list[dict[str, Any]],
+    *,
+    rank: int | None,
+    world: int | None = None,
+    finished: bool = True,
+    manifest: dict[str, Any] | None = None,
+) -> None:
+    d = raw / f"pid-{pid}"
+    d.mkdir(parents=True)
+    info: dict[str, Any] = {}
+    if rank is not None:
+        info["dist_rank"] = rank
+    if world is not None:
+        info["dist_world_size"] = world
+    for i, r in enumerate(rows):
+        r["seq"] = i
+    (d / "process.json").write_text(
+        json.dumps(
+            {
+                "pid": pid,
+                "rank_info": info,
+                "finished": finished,
+                "via": "sitecustomize",
+                "patched": ["m:W.draft"],
+            }
+        )
+    )
+    (d / "manifest.json").write_text(
+        json.dumps(
+            manifest or {"process": {"host": "h", "pid": str(pid)}, "env": {"RANK": str(rank)}}
+        )
+    )
+    schema = raw_schema()
+    data = schema.serialize().to_pybytes()
+    if rows:
+        data += pa.RecordBatch.from_pylist(rows, schema=schema).serialize().to_pybytes()
+    if finished:
+        data += EOS
+    (d / "records.arrow").write_bytes(data)
+
+
+def cycle_rows(n: int, *, prefill: bool = True) -> list[dict[str, Any]]:
+    rows = []
+    t = 0
+    raw = 0
+    if prefill:  # a cycle-target call without a draft: a prefill batch, not a cycle
+        rows += [rec("cycle", 0, None, 0, 10), rec("phase", 0, "verify", 1, 9, accept_len=None)]
+        raw, t = 1, 100
+    for i in range(n):
+        c = raw + i
+        b = t + i * 100
+        rows += [
+            rec("phase", c, "draft", b + 1, b + 20),
+            rec("phase", c, "verify", b + 21, b + 60, accept_len=float(i + 1)),
+            rec("phase", c, "allreduce", b + 30, b + 40, depth=1, parent="verify"),
+            rec("cycle", c, None, b, b + 70, accept_len=None),
+        ]
+    rows.append(rec("phase", -1, "allreduce", 10_000, 10_010))
+    return rows
+
+
+def test_merge_cycle_target_with_require(tmp_path: Path) -> None:
+    # GIVEN two ranks, each with a prefill call and three cycles
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_proc(raw, 100, cycle_rows(3), rank=0, world=2)
+    write_proc(raw, 101, cycle_rows(3), rank=1, world=2)
+    write_proc(raw, 99, [], rank=None)  # the launcher's main process: no records, no rank
+    # WHEN
+    res = merge(tmp_path)
+    # THEN
+    assert res.ranks == [0, 1]
+    assert res.missing_ranks == []
+    assert res.partial_ranks == []
+    assert res.warnings == []
+    cycles = read_table(tmp_path, "cycles").sort("rank", "cycle")
+    assert cycles.filter(pl.col("rank") == 0)["cycle"].to_list() == [0, 1, 2]
+    assert (
+        cycles["accept_len"].to_list() == [1.0, 2.0, 3.0] * 2
+    )  # from verify when the cycle has none
+    assert set(cycles["source"].to_list()) == {"cycle_target"}
+    phases = read_table(tmp_path, "phases")
+    per = (
+        phases.filter(pl.col("depth") == 0, pl.col("cycle") >= 0)
+        .group_by("rank", "cycle", "phase")
+        .len()
+    )
+    assert per["len"].to_list() == [1] * 12  # draft and verify once per cycle and rank
+    # the prefill's verify and the loose allreduce are outside any cycle
+    assert phases.filter(pl.col("cycle") == -1).height == 4
+    assert phases["pid"].unique().sort().to_list() == [100, 101]
+    man = read_table(tmp_path, "manifests")
+    assert man.filter(pl.col("section") == "process", pl.col("key") == "finished")[
+        "value"
+    ].to_list() == ["true", "true"]
+
+
+def test_merge_starts_with(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(
+        MAP_TARGET.replace('targets = ["m:W.step"]\nrequire = "draft"', 'starts_with = "draft"')
+    )
+    rows = [r for r in cycle_rows(2, prefill=False) if r["kind"] == "phase"]
+    write_proc(raw, 5, rows, rank=None)
+    res = merge(tmp_path)
+    assert res.ranks == [0]  # a single process without a rank is rank 0
+    cycles = read_table(tmp_path, "cycles").sort("cycle")
+    assert cycles["start_ns"].to_list() == [1, 101]
+    assert cycles["end_ns"].to_list() == [60, 160]
+    assert cycles["source"].to_list() == ["starts_with:draft"] * 2
+
+
+def test_merge_reports_missing_and_partial_ranks(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_proc(raw, 100, cycle_rows(3), rank=0, world=3)
+    write_proc(raw, 101, cycle_rows(2), rank=1, world=3, finished=False)  # SIGKILLed
+    res = merge(tmp_path)
+    assert res.ranks == [0, 1]
+    assert res.missing_ranks == [2]
+    assert res.partial_ranks == [1]
+    text = " ".join(res.warnings)
+    assert "rank 1 (pid 101) is partial" in text
+    assert "ranks [2] of 3 recorded nothing" in text
+    assert read_table(tmp_path, "cycles").filter(pl.col("rank") == 1).height == 2
+
+
+def test_merge_is_repeatable(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_proc(raw, 100, cycle_rows(2), rank=0)
+    a = merge(tmp_path)
+    b = merge(tmp_path)
+    assert (a.phases, a.cycles) == (b.phases, b.cycles)
+    assert read_table(tmp_path, "phases").height == a.phases
+
+
+def test_merge_without_raw_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no `raw/` directory"):
+        merge(tmp_path)
+
+
+def test_counters_filed_under_the_rank_that_used_the_gpu(tmp_path: Path) -> None:
+    from tracekit.collectors.nvml import NvmlSampler
+
+    from tests.unit.collectors.test_collectors_nvml import FakeNvml
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    manifest = {"process": {"host": "h"}, "device": {"uuid": "GPU-1", "index": "0"}}
+    write_proc(raw, 100, cycle_rows(1), rank=0, manifest=manifest)
+    s = NvmlSampler(raw / "nvml", nvml=FakeNvml())
+    s.start(lambda m: None)
+    s.sample_once()
+    s.stop()
+    res = merge(tmp_path)
+    counters = read_table(tmp_path, "counters")
+    assert res.counters == counters.height > 0
+    # GPU 1 was rank 0's device; GPU 0 was nobody's and is filed under its index, 0, too
+    assert sorted(counters.filter(pl.col("rank") == 0)["gpu"].unique().to_list()) == [0, 1]
+    assert set(counters["metric"].cast(str).to_list()) >= {
+        "sm_clock_mhz",
+        "power_w",
+        "gpu_util_pct",
+    }

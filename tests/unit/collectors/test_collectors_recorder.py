@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tracekit.collectors.phasemap import Site, Target
+from tracekit.collectors.recorder import RECORDS_FILE, Recorder, RecorderConfig, _as_accept_len
+from tracekit.collectors.wrappers import make_wrapper
+
+from tracekit.store.merge import read_stream
+
+
+class Out:
+    def __init__(self, n: int) -> None:
+        self.accept_len = n
+
+
+def _program(rec: Recorder) -> tuple[Any, Any]:
+    def allreduce() -> None:
+        pass
+
+    def draft() -> None:
+        pass
+
+    def verify(n: int) -> Out:
+        ar()
+        ar()
+        return Out(n)
+
+    def step(n: int) -> Out:
+        dr()
+        return ve(n)
+
+    ar = make_wrapper(allreduce, Site(Target("m", "allreduce"), phase="allreduce"), rec)
+    dr = make_wrapper(draft, Site(Target("m", "draft"), phase="draft"), rec)
+    ve = make_wrapper(
+        verify, Site(Target("m", "verify"), phase="verify", accept_len="accept_len"), rec
+    )
+    st = make_wrapper(
+        step, Site(Target("m", "step"), cycle=True, cycle_accept_len="accept_len"), rec
+    )
+    return st, ar
+
+
+def _records(rec: Recorder) -> list[dict[str, Any]]:
+    table, _complete, err = read_stream(rec.dir / RECORDS_FILE)
+    assert err is None
+    assert table is not None
+    return table.to_pylist()
+
+
+def test_records_phases_cycles_depth_parent_accept_len(tmp_path: Path) -> None:
+    # GIVEN
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    step, ar = _program(rec)
+    # WHEN: one allreduce outside any cycle, then three cycles
+    ar()
+    for n in (1, 3, 2):
+        assert step(n).accept_len == n
+    rec.close()
+    # THEN
+    rows = _records(rec)
+    _table, complete, _ = read_stream(rec.dir / RECORDS_FILE)
+    assert complete
+    cycles = [r for r in rows if r["kind"] == "cycle"]
+    assert [(c["cycle"], c["accept_len"]) for c in cycles] == [(0, 1.0), (1, 3.0), (2, 2.0)]
+    phases = [r for r in rows if r["kind"] == "phase"]
+    assert phases[0]["phase"] == "allreduce"
+    assert phases[0]["cycle"] == -1
+    assert phases[0]["depth"] == 0
+    c1 = [(r["phase"], r["depth"], r["parent"]) for r in phases if r["cycle"] == 1]
+    assert sorted(c1) == sorted(
+        [
+            ("draft", 0, None),
+            ("verify", 0, None),
+            ("allreduce", 1, "verify"),
+            ("allreduce", 1, "verify"),
+        ]
+    )
+    verify = [r for r in phases if r["phase"] == "verify"]
+    assert [v["accept_len"] for v in verify] == [1.0, 3.0, 2.0]
+    for r in rows:
+        assert r["start_ns"] <= r["end_ns"]
+        assert r["ok"] is True
+        assert r["gpu_start_ns"] is None  # CPU run
+        assert r["tid"] == __import__("threading").get_native_id()
+    # nesting: each allreduce lies inside its verify
+    for v in verify:
+        inner = [p for p in phases if p["parent"] == "verify" and p["cycle"] == v["cycle"]]
+        assert all(v["start_ns"] <= p["start_ns"] <= p["end_ns"] <= v["end_ns"] for p in inner)
+    assert len({r["seq"] for r in rows}) == len(rows)
+
+
+def test_failed_call_is_recorded_not_ok(tmp_path: Path) -> None:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+
+    def bad() -> None:
+        raise KeyError("k")
+
+    w = make_wrapper(bad, Site(Target("m", "bad"), phase="verify", accept_len="accept_len"), rec)
+    with pytest.raises(KeyError):
+        w()
+    rec.close()
+    (row,) = _records(rec)
+    assert row["ok"] is False
+    assert row["accept_len"] is None
+
+
+def test_flushes_every_n_records_between_cycles(tmp_path: Path) -> None:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=8, flush_seconds=3600))
+    step, _ = _program(rec)
+    for _ in range(3):
+        step(1)  # 5 records a cycle
+    # not closed: what a SIGKILL would leave
+    rows = _records(rec)
+    assert len(rows) == 10  # flushed after cycle 2 (10 >= 8); cycle 3 still buffered
+    _table, complete, _ = read_stream(rec.dir / RECORDS_FILE)
+    assert not complete
+    rec.close()
+    assert len(_records(rec)) == 15
+
+
+def test_time_based_flush(tmp_path: Path) -> None:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=10**6, flush_seconds=0.0))
+    step, _ = _program(rec)
+    step(1)
+    assert len(_records(rec)) == 5
+
+
+def test_truncated_stream_keeps_complete_batches(tmp_path: Path) -> None:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=5, flush_seconds=3600))
+    step, _ = _program(rec)
+    for _ in range(3):
+        step(2)  # one batch of 5 records a cycle
+    path = rec.dir / RECORDS_FILE
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # a torn last write
+    table, complete, err = read_stream(path)
+    assert table is not None
+    assert table.num_rows == 10
+    assert not complete
+    assert err is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_writes_its_own_stream(tmp_path: Path) -> None:
+    rec = Recorder(
+        RecorderConfig(raw_dir=tmp_path / "raw", flush_records=10**6, flush_seconds=3600)
+    )
+    step, _ = _program(rec)
+    step(1)  # buffered in the parent, not flushed
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            rec.after_fork()
+            step(3)
+            rec.close()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    rec.close()
+    parent_rows = _records(rec)
+    child = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    child.pid = pid
+    child_rows = _records(child)
+    assert [r["accept_len"] for r in parent_rows if r["kind"] == "cycle"] == [1.0]
+    assert [r["accept_len"] for r in child_rows if r["kind"] == "cycle"] == [3.0]
+
+
+def test_accept_len_conversions() -> None:
+    assert _as_accept_len(3) == 3.0
+    assert _as_accept_len(2.5) == 2.5
+    assert _as_accept_len([1, 2, 3]) == 2.0
+    assert _as_accept_len(True) is None
+    assert _as_accept_len("3") is None
+    assert _as_accept_len(None) is None
+
+
+@pytest.mark.torch
+def test_accept_len_from_cpu_tensor() -> None:
+    torch = pytest.importorskip("torch")
+    assert _as_accept_len(torch.tensor(4)) == 4.0
+    assert _as_accept_len(torch.tensor([1, 3])) == 2.0
+
+
+@pytest.mark.torch
+def test_bypass_while_torch_compile_traces(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+
+    def inner(x: Any) -> Any:
+        return x * 2 + 1
+
+    w = make_wrapper(inner, Site(Target("m", "inner"), phase="verify"), rec)
+
+    def f(x: Any) -> Any:
+        return w(x) - 1
+
+    compiled = torch.compile(f, backend="eager", fullgraph=True)
+    x = torch.ones(3)
+    assert torch.equal(compiled(x), f(x))
+    w(x)  # eager call: recorded
+    rec.close()
+    rows = [r for r in _records(rec) if r["kind"] == "phase"]
+    # the eager reference call f(x) and the direct call are recorded; the traced one is not
+    assert len(rows) == 2
+    assert "torch" in sys.modules
