@@ -29,8 +29,8 @@ def _outermost(ranges: pl.DataFrame) -> pl.DataFrame:
 
 
 def _match_collector(marks: pl.DataFrame, collector: pl.DataFrame | None) -> pl.DataFrame:
-    """Number cycle marks: the collector's cycle whose CPU range contains the mark's start,
-    else the mark's ordinal."""
+    """Number cycle marks: the collector's cycle with the nearest start if they overlap by at
+    least half the mark, else the mark's ordinal."""
     marks = marks.with_row_index("_ord").with_columns(pl.col("_ord").cast(pl.Int64))
     if collector is None or collector.height == 0:
         return marks.with_columns(
@@ -42,8 +42,13 @@ def _match_collector(marks: pl.DataFrame, collector: pl.DataFrame | None) -> pl.
         pl.col("end_ns").alias("_ce"),
         pl.col("accept_len").cast(pl.Float64).alias("_al"),
     ).sort("_cs")
-    joined = marks.sort("start_ns").join_asof(cc, left_on="start_ns", right_on="_cs")
-    hit = pl.col("_cc").is_not_null() & (pl.col("start_ns") <= pl.col("_ce"))
+    # Nearest start, then at least half the mark's range must overlap the collector's cycle:
+    # the trace's clock and the collector's `time.time_ns` differ by microseconds.
+    joined = marks.sort("start_ns").join_asof(
+        cc, left_on="start_ns", right_on="_cs", strategy="nearest"
+    )
+    overlap = pl.min_horizontal("end_ns", "_ce") - pl.max_horizontal("start_ns", "_cs")
+    hit = pl.col("_cc").is_not_null() & (2 * overlap >= pl.col("end_ns") - pl.col("start_ns"))
     return joined.with_columns(
         pl.when(hit).then(pl.col("_cc")).otherwise(pl.col("_ord")).alias("cycle"),
         pl.when(hit).then(pl.col("_al")).otherwise(None).alias("accept_len"),

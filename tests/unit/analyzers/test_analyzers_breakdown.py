@@ -140,3 +140,41 @@ def test_no_phases_is_a_store_error(tmp_path: Path) -> None:
     run = write_events(tmp_path, {0: tr})
     with pytest.raises(StoreError, match="--rules"):
         breakdown(run)
+
+
+def test_cycle_marks_take_the_collectors_numbers(tmp_path: Path) -> None:
+    # the collector's clock starts each cycle 20 ns after the trace's `tracekit/cycle` mark;
+    # its cycles are numbered 5 and 6 and know the acceptance length
+    from tests.unit.analyzers.builders import write_rows
+
+    run = scenarios.two_rank_gpu(tmp_path)
+    for rank in (0, 1):
+        write_rows(
+            run,
+            "cycles",
+            rank,
+            [
+                {
+                    "cycle": 5,
+                    "start_ns": 1020,
+                    "end_ns": 5010,
+                    "accept_len": 2.0,
+                    "source": "cycle_target",
+                },
+                {
+                    "cycle": 6,
+                    "start_ns": 5020,
+                    "end_ns": 9010,
+                    "accept_len": 4.0,
+                    "source": "cycle_target",
+                },
+            ],
+        )
+    a = analyze(run)
+    assert rows(a.cycles, ["rank", "cycle", "accept_len", "span_ns"]) == [
+        (0, 5, 2.0, 2300),
+        (0, 6, 4.0, 4000),
+        (1, 5, 2.0, 2300),
+        (1, 6, 4.0, 4000),
+    ]
+    assert a.breakdown["accept_len"].to_list() == [2.0, 2.0, 4.0, 4.0] * 2
