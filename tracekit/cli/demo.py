@@ -1,0 +1,321 @@
+"""`tracekit demo`: the embedded speculative decoder under `tracekit launch`, end to end.
+
+Runs `python -m tracekit.demo` (8 CPU ranks by default) under `tracekit launch --adapter demo`,
+which records and merges every rank; then summarises the run, writes the HTML report and the
+Perfetto trace into the run directory and prints where everything is. Parts of tracekit that are
+not installed are skipped with a message naming them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.errors import CommandError, InputError, MissingDependencyError
+
+# Full mode profiles a few cycles with torch.profiler, so the breakdown is measured on the
+# device timeline (aten ops and gloo collectives on CPU); the other cycles are timed by the
+# light collectors. Defaults keep `tracekit demo` under 90 s on a 2-core machine.
+DEFAULT_CYCLES = 16
+DEFAULT_PROFILE_CYCLES = "4:3"
+RESULT_NAME = "demo_result.json"
+PERFETTO_NAME = "tracekit.pftrace"
+# Kineto prints one USDT line per rank at each profiler start and stop.
+NOISE_PREFIXES = ("USDT:",)
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@click.command(name="demo")
+@click.option("--ranks", type=int, default=8, show_default=True, help="Tensor-parallel ranks.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option(
+    "--cycles", type=int, default=DEFAULT_CYCLES, show_default=True, help="Decode cycles to run."
+)
+@click.option(
+    "--draft-tokens", type=int, default=3, show_default=True, help="K, tokens drafted a cycle."
+)
+@click.option(
+    "--verify-mode",
+    type=click.Choice(["extend", "graph"]),
+    default="extend",
+    show_default=True,
+    help="Verify eagerly, or replay a captured CUDA graph (CUDA only).",
+)
+@click.option("--baseline", is_flag=True, help="Plain decoding (phase `decode`), no draft.")
+@click.option(
+    "--mode",
+    type=click.Choice(["light", "full"]),
+    default="full",
+    show_default=True,
+    help="light: phase timers only. full: also a torch.profiler window over a few cycles.",
+)
+@click.option(
+    "--profile-cycles",
+    default=DEFAULT_PROFILE_CYCLES,
+    show_default=True,
+    metavar="START:COUNT",
+    help="Cycles profiled on every rank in full mode.",
+)
+@click.option(
+    "--model-size",
+    type=click.Choice(["tiny", "small", "medium", "large"]),
+    default=None,
+    help="Model preset [default: tiny on CPU, large on CUDA].",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("tracekit-runs"),
+    show_default=True,
+    help="Directory that receives the run directory.",
+)
+@click.option("--name", default=None, help="Run directory name [default: demo-<time>].")
+def command(
+    ranks: int,
+    device: str,
+    cycles: int,
+    draft_tokens: int,
+    verify_mode: str,
+    baseline: bool,
+    mode: str,
+    profile_cycles: str,
+    model_size: str | None,
+    out: Path,
+    name: str | None,
+) -> None:
+    """Run the embedded speculative decoder under tracekit, end to end.
+
+    A small tensor-parallel EAGLE-style speculative decoder (Llama-style target, one-layer draft
+    head, chain drafting, greedy verify) runs on RANKS processes; tracekit records the draft,
+    verify, draft_extend and allreduce phases of every rank, merges them, and writes the summary,
+    the HTML report and the Perfetto trace into the run directory.
+
+    \b
+    Example:
+        tracekit demo
+        tracekit demo --baseline --name base && tracekit demo --name spec
+        tracekit breakeven --baseline tracekit-runs/base --spec tracekit-runs/spec
+        tracekit demo --device cuda --ranks 1 --verify-mode graph
+    """
+    started = time.perf_counter()
+    if not _have("torch"):
+        msg = (
+            "`torch` is required for `tracekit demo`. Please install using the command "
+            "`pip install 'tracekit-spec[collect]'`"
+        )
+        raise MissingDependencyError(msg)
+    _check_options(ranks, cycles, draft_tokens, verify_mode, device, baseline, mode, profile_cycles)
+    size = model_size or ("tiny" if device == "cpu" else "large")
+    name = name or time.strftime("demo-%Y%m%d-%H%M%S")
+    run_dir = out / name
+    if run_dir.exists():
+        msg = f"run directory already exists, will not overwrite: {run_dir}; pick another --name"
+        raise InputError(msg)
+
+    with tempfile.TemporaryDirectory(prefix="tracekit-demo-") as tmp:
+        result_tmp = Path(tmp) / RESULT_NAME
+        server = [
+            sys.executable, "-m", "tracekit.demo",
+            "--ranks", str(ranks), "--device", device, "--cycles", str(cycles),
+            "--model-size", size, "--result", str(result_tmp),
+        ]  # fmt: skip
+        if baseline:
+            server.append("--baseline")
+        else:
+            server += ["--draft-tokens", str(draft_tokens), "--verify-mode", verify_mode]
+        missing: list[str] = []
+        if _have("tracekit.collectors.launcher"):
+            cmd = [
+                sys.executable, "-m", "tracekit", "launch", "--adapter", "demo",
+                "--mode", mode, "--out", str(out), "--name", name,
+            ]  # fmt: skip
+            if mode == "full":
+                cmd += ["--profile-cycles", profile_cycles]
+            code = _run([*cmd, "--", *server])
+        else:
+            missing.append("tracekit launch (tracekit.collectors): ran the demo uninstrumented")
+            run_dir.mkdir(parents=True)
+            code = _run(server)
+        if code != 0:
+            msg = f"the demo exited with code {code}; its messages are above"
+            raise CommandError(msg, exit_code=code if code > 0 else 1)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        server_result: dict[str, Any] = json.loads(result_tmp.read_text(encoding="utf-8"))
+        (run_dir / RESULT_NAME).write_text(json.dumps(server_result, indent=2) + "\n")
+
+    outputs = _outputs(run_dir, missing)
+    _print_summary(run_dir, server_result, outputs, missing, time.perf_counter() - started)
+
+
+def _check_options(
+    ranks: int,
+    cycles: int,
+    draft_tokens: int,
+    verify_mode: str,
+    device: str,
+    baseline: bool,
+    mode: str,
+    profile_cycles: str,
+) -> None:
+    # What can be checked without starting torch; the server checks the rest the same way.
+    from tracekit.demo.config import preset
+
+    preset("tiny" if device == "cpu" else "large").check(ranks)
+    if cycles < 1:
+        msg = f"--cycles must be at least 1, got {cycles}"
+        raise InputError(msg)
+    if draft_tokens < 1:
+        msg = f"--draft-tokens must be at least 1, got {draft_tokens}"
+        raise InputError(msg)
+    if verify_mode == "graph" and device != "cuda":
+        msg = "--verify-mode graph replays a CUDA graph: it needs --device cuda"
+        raise InputError(msg)
+    if verify_mode == "graph" and baseline:
+        msg = "--verify-mode applies to speculative decoding; drop it with --baseline"
+        raise InputError(msg)
+    if mode == "full":
+        start, _, count = profile_cycles.partition(":")
+        if not (start.isdigit() and count.isdigit() and int(count) > 0):
+            msg = f"--profile-cycles {profile_cycles!r}: expected START:COUNT, e.g. 4:3"
+            raise InputError(msg)
+
+
+def _run(cmd: list[str]) -> int:
+    """Run `cmd`, passing its output on (to stderr) without Kineto's per-rank noise."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if not line.startswith(NOISE_PREFIXES):
+                click.echo(line.rstrip("\n"), err=True)
+    except KeyboardInterrupt:
+        proc.wait()
+        raise
+    return proc.wait()
+
+
+def _outputs(run_dir: Path, missing: list[str]) -> dict[str, Any]:
+    """Summary, HTML report and Perfetto trace, each as far as its part exists."""
+    done: dict[str, Any] = {}
+    steps: list[tuple[str, str, Callable[[], Any]]] = [
+        ("summary", "tracekit.analyzers.summary", lambda: _summary(run_dir)),
+        ("report", "tracekit.report.html", lambda: _report(run_dir)),
+        ("perfetto", "tracekit.export.perfetto", lambda: _perfetto(run_dir)),
+    ]
+    have_store = (run_dir / "store").is_dir()
+    for key, module, fn in steps:
+        if not have_store:
+            missing.append(f"{key}: the run has no merged store")
+            continue
+        if not _have(module):
+            missing.append(f"{key}: `{module}` is not built yet")
+            continue
+        try:
+            done[key] = fn()
+        except ImportError as exc:
+            missing.append(f"{key}: {exc}")
+    return done
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    from tracekit.analyzers.summary import summarize
+
+    summary: dict[str, Any] = summarize(run_dir)
+    return summary
+
+
+def _report(run_dir: Path) -> Path:
+    from tracekit.report.html import write_report
+
+    path: Path = write_report(run_dir, run_dir / f"tracekit-report-{run_dir.name}.html")
+    return path
+
+
+def _perfetto(run_dir: Path) -> Path:
+    from tracekit.export.perfetto import write_perfetto
+
+    path: Path = write_perfetto(run_dir, run_dir / PERFETTO_NAME)
+    return path
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_summary(
+    run_dir: Path,
+    server: dict[str, Any],
+    outputs: dict[str, Any],
+    missing: list[str],
+    wall_s: float,
+) -> None:
+    mode = server["mode"]
+    lines = [
+        "",
+        f"tracekit demo: {server['ranks']} ranks on {server['device']} ({server['backend']}), "
+        f"{mode}, {server['cycles']} cycles in {wall_s:.1f} s",
+        f"  tokens/s {server['tokens_per_s_p50']:.1f} at the median step "
+        f"({server['step_ms_p50']:.1f} ms; {server['tokens_per_s']:.1f} over all cycles, "
+        "profiled ones included)   mean acceptance length "
+        f"{server['accept_len_mean']:.2f}",
+    ]
+    summary = outputs.get("summary")
+    if summary:
+        lines.append(
+            f"  recorded: {summary.get('cycles')} cycles a rank, cycle p50 "
+            f"{_fmt(summary.get('cycle_ms_p50'), '.1f')} ms"
+        )
+        lines.append("  phase          p50 ms  forward%  allreduce%  overhead%")
+        for phase, p in sorted(summary.get("phases", {}).items()):
+            lines.append(
+                f"  {phase:<13} {_fmt(p.get('wall_ms_p50'), '7.1f')}  "
+                f"{_fmt(p.get('forward_pct'), '8.1f')}  {_fmt(p.get('allreduce_pct'), '10.1f')}  "
+                f"{_fmt(p.get('overhead_pct'), '9.1f')}"
+            )
+    cores = os.cpu_count() or 1
+    if server["device"] == "cpu" and server["ranks"] > cores:
+        lines.append(
+            f"  note: {server['ranks']} ranks share {cores} CPU cores, so allreduces wait for "
+            "ranks to be scheduled: this CPU breakdown is allreduce-heavy by construction."
+        )
+    lines += ["", f"Run directory: {run_dir}"]
+    if "report" in outputs:
+        lines.append(f"  HTML report:    {outputs['report']}")
+    if "perfetto" in outputs:
+        lines.append(f"  Perfetto trace: {outputs['perfetto']}")
+    lines.append(f"  demo result:    {run_dir / RESULT_NAME}")
+    for m in missing:
+        lines.append(f"  not done: {m}")
+    lines += [
+        "",
+        "Next:",
+        f"  tracekit summary {run_dir}",
+        f"  tracekit breakdown {run_dir} --by phase",
+        f"  tracekit view {run_dir}",
+    ]
+    if mode != "baseline":
+        base = run_dir.parent / f"{run_dir.name}-baseline"
+        lines += [
+            f"  tracekit demo --baseline --name {base.name} --out {run_dir.parent}",
+            f"  tracekit breakeven --baseline {base} --spec {run_dir}",
+        ]
+    click.echo("\n".join(lines))
