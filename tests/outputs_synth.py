@@ -50,12 +50,18 @@ def make_run(
     events: bool = True,
     counters: bool = True,
     cycle_ns: int = 2_000_000,
+    baseline: bool = False,
 ) -> SynthCounts:
-    """Write a synthetic run into `run_dir`; return its counts."""
+    """Write a synthetic run into `run_dir`; return its counts.
+
+    `baseline=True` writes plain decoding instead: no draft, the verify-like step is named
+    `decode` and emits one token a cycle.
+    """
     run_dir = Path(run_dir)
+    nd = 0 if baseline else draft_kernels
     for rank in range(ranks):
         _rank(
-            run_dir, rank, cycles, draft_kernels, verify_kernels, graph, events, counters, cycle_ns
+            run_dir, rank, cycles, nd, verify_kernels, graph, events, counters, cycle_ns, baseline
         )
     return SynthCounts(cycles, draft_kernels, verify_kernels, 1 if draft_kernels >= 2 else 0)
 
@@ -70,6 +76,7 @@ def _rank(
     with_events: bool,
     with_counters: bool,
     cycle_ns: int,
+    baseline: bool = False,
 ) -> None:
     pid, tid = 4000 + rank, 4000 + rank
     cycle_ns = max(
@@ -140,14 +147,21 @@ def _rank(
     seq = 0
     for c in range(cycles):
         c0 = T0 + c * cycle_ns + skew
-        accept = float(1 + (c % 4))  # 1, 2, 3, 4, 1, ...
+        accept = 1.0 if baseline else float(1 + (c % 4))  # 1, 2, 3, 4, 1, ...
+        vname = "decode" if baseline else "verify"
         draft0, draft1 = c0 + 10_000, c0 + 10_000 + nd * 100_000 + 50_000
         verify0, verify1 = draft1 + 20_000, draft1 + 20_000 + nv * 150_000 + 100_000
         c1 = verify1 + 30_000
         add("user_annotation", "tracekit/cycle", c0, c1 - c0)
-        add("user_annotation", "tracekit/draft", draft0, draft1 - draft0)
-        add("user_annotation", "tracekit/verify", verify0, verify1 - verify0)
-        for row in (("draft", draft0, draft1), ("verify", verify0, verify1)):
+        if not baseline:
+            add("user_annotation", "tracekit/draft", draft0, draft1 - draft0)
+        add("user_annotation", f"tracekit/{vname}", verify0, verify1 - verify0)
+        steps = (
+            [(vname, verify0, verify1)]
+            if baseline
+            else [("draft", draft0, draft1), ("verify", verify0, verify1)]
+        )
+        for row in steps:
             phases["cycle"].append(c)
             phases["phase"].append(row[0])
             phases["depth"].append(0)
@@ -158,8 +172,8 @@ def _rank(
             seq += 1
             phases["start_ns"].append(row[1])
             phases["end_ns"].append(row[2])
-            phases["graph_replays"].append(1 if (graph and row[0] == "verify") else 0)
-            phases["accept_len"].append(accept if row[0] == "verify" else None)
+            phases["graph_replays"].append(1 if (graph and row[0] == vname) else 0)
+            phases["accept_len"].append(accept if row[0] == vname else None)
             phases["ok"].append(True)
             phases["target"].append(f"tracekit.demo.speculative:SpeculativeDecoder.{row[0]}")
         cyc["cycle"].append(c)

@@ -1,0 +1,63 @@
+"""`tracekit report RUN_DIR [-o FILE.html] [--baseline RUN] [--cdn]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.errors import InputError
+
+
+@click.command(name="report")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTML file to write [default: RUN_DIR/tracekit-report.html].",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A run to compare with (the report then leads with the differences); a plain-decoding run also gives the break-even.",
+)
+@click.option(
+    "--cdn",
+    is_flag=True,
+    help="Link plotly.js from cdn.plot.ly instead of embedding it (smaller file, needs network).",
+)
+@click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
+def command(
+    run_dir: Path, output: Path | None, baseline: Path | None, cdn: bool, force: bool
+) -> None:
+    """Write the self-contained HTML report of a run.
+
+    Headline numbers, where each phase's time goes cycle by cycle (forward / allreduce /
+    overhead), distributions per rank, rank skew, CUDA graphs and allreduce implementations,
+    top kernels, NVML clocks/power/temperature, the break-even curve and the manifest. Works
+    offline (plotly.js is embedded once).
+
+    \b
+    Example:
+        tracekit report runs/demo-001
+        tracekit report runs/spec --baseline runs/plain -o spec-vs-plain.html
+    """
+    from tracekit.report.html import write_report
+    from tracekit.store.layout import RunLayout
+
+    if not run_dir.is_dir():
+        msg = f"{run_dir}: no such run directory; give the directory `tracekit demo`, `launch` or `ingest -o` wrote"
+        raise InputError(msg)
+    if baseline is not None and not baseline.is_dir():
+        msg = f"--baseline {baseline}: no such run directory; give another run's directory"
+        raise InputError(msg)
+    out = output if output is not None else RunLayout(run_dir).report
+    if output is not None and out.exists() and not force:
+        msg = f"file already exists, will not overwrite without --force: {out}"
+        raise InputError(msg)
+    write_report(run_dir, out, baseline=baseline, cdn=cdn)
+    click.echo(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", err=True)
+    click.echo(f"Open it in a browser: file://{out.resolve()}", err=True)
