@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.store.reader import has_table, ranks, scan_table
+from tracekit.store.reader import has_table, ranks, scan_table, table_files
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
@@ -22,10 +22,48 @@ def run_ranks(run_dir: Path) -> list[int]:
     return sorted(out)
 
 
+EVENT_COLUMNS = (
+    "cat",
+    "name",
+    "ph",
+    "start_ns",
+    "dur_ns",
+    "pid",
+    "tid",
+    "correlation",
+    "graph_launched",
+)
+KEPT_CATS = (*GPU_CATS, *RUNTIME_CATS, "user_annotation", "cpu_op")
+
+# One rank's rows, read once and shared by the phase and breakdown passes over that rank. One
+# slot only: the analyzers go rank by rank, so memory stays at one rank's worth.
+_cache: dict[tuple[str, int, tuple[tuple[str, float], ...]], pl.DataFrame] = {}
+
+
+def _read_events(run_dir: Path, rank: int) -> pl.DataFrame:
+    files = tuple(
+        (str(f), f.stat().st_mtime) for r, f in table_files(run_dir, "events") if r == rank
+    )
+    key = (str(Path(run_dir).resolve()), rank, files)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    _cache.clear()
+    frame = (
+        scan_table(run_dir, "events", rank=rank)
+        .select(EVENT_COLUMNS)
+        .filter(pl.col("cat").is_in(KEPT_CATS))
+        .collect()
+    )
+    _cache[key] = frame
+    return frame
+
+
 def scan_events(run_dir: Path, rank: int) -> pl.LazyFrame | None:
+    """The rank's events (the columns and categories the analyzers use), or None."""
     if not has_table(run_dir, "events") or rank not in ranks(run_dir, "events"):
         return None
-    return scan_table(run_dir, "events", rank=rank)
+    return _read_events(run_dir, rank).lazy()
 
 
 def read_rank_table(run_dir: Path, table: str, rank: int) -> pl.DataFrame | None:

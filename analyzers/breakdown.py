@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 from tracekit.analyzers import _load
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, combine_labels, load_impl_table
-from tracekit.analyzers.phases import RankPhases, all_rank_phases
+from tracekit.analyzers.phases import RankPhases, iter_rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.analyzers.timeline import split
 
@@ -105,7 +105,7 @@ def _exact(run_dir: Path, rp: RankPhases, table: ImplTable) -> tuple[pl.DataFram
     gpu = (
         events.filter(pl.col("cat").is_in(_load.GPU_CATS) & (pl.col("ph") == "X"))
         .select(
-            pl.col("name").cast(pl.String),
+            "name",  # still categorical: names are classified once each, not once a row
             (pl.col("cat") == "kernel").alias("kernel"),
             "start_ns",
             (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
@@ -116,20 +116,16 @@ def _exact(run_dir: Path, rp: RankPhases, table: ImplTable) -> tuple[pl.DataFram
     )
     runtime = (
         events.filter(pl.col("cat").is_in(_load.RUNTIME_CATS))
-        .select(
-            pl.col("name").cast(pl.String),
-            "pid",
-            "tid",
-            pl.col("start_ns").alias("ts"),
-            "correlation",
-        )
+        .select("name", "pid", "tid", pl.col("start_ns").alias("ts"), "correlation")
         .collect()
     )
-    rocm = bool(runtime.height) and bool(runtime["name"].unique().str.starts_with("hip").any())
     if gpu.height == 0:
         return _cpu_intervals(events, top, table)
+    runtime_names = runtime["name"].unique().cast(pl.String)
+    rocm = bool(runtime_names.str.starts_with("hip").any())
+    graph_names = runtime_names.filter(runtime_names.str.contains(_load.GRAPH_LAUNCH)).to_list()
     launches = _attribute_by_thread(runtime, top)
-    is_graph = pl.col("name").str.contains(_load.GRAPH_LAUNCH)
+    is_graph = pl.col("name").is_in(graph_names)
     graph_launches = (
         launches.filter(is_graph & pl.col("inst").is_not_null())
         .group_by("inst")
@@ -141,7 +137,10 @@ def _exact(run_dir: Path, rp: RankPhases, table: ImplTable) -> tuple[pl.DataFram
         .unique("correlation", keep="first")
         .select("correlation", "inst")
     )
-    labels = _labels(gpu["name"].unique().to_list(), table, rocm=rocm)
+    names = gpu["name"].unique()
+    labels = _labels(names.cast(pl.String).to_list(), table, rocm=rocm).with_columns(
+        pl.col("name").cast(names.dtype)
+    )
     intervals = (
         gpu.join(by_corr, on="correlation", how="left")
         .join(labels, on="name", how="left")
@@ -219,7 +218,7 @@ def _finish_intervals(
         "comm",
         "graph",
         "kernel",
-        pl.col("name").cast(pl.String),
+        "name",
         pl.col("label").cast(pl.String),
     )
     return cols, extras
@@ -341,7 +340,7 @@ def analyze(
     table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
     bds, cycs = [], []
     unknown: set[str] = set()
-    for rp in all_rank_phases(run_dir, rule_table):
+    for rp in iter_rank_phases(run_dir, rule_table):
         ivals = rank_intervals(run_dir, rp, table)
         unknown.update(ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().to_list())
         bd = rank_breakdown(run_dir, rp, table, ivals)

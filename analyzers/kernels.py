@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 from tracekit.analyzers.allreduce import load_impl_table
 from tracekit.analyzers.breakdown import rank_intervals
-from tracekit.analyzers.phases import all_rank_phases
+from tracekit.analyzers.phases import iter_rank_phases
 from tracekit.analyzers.rules import load_rules
 
 
@@ -21,7 +21,7 @@ def top_kernels(
     breakdown's device-timeline shares."""
     table = load_impl_table(impl_table)
     frames = []
-    for rp in all_rank_phases(Path(run_dir), load_rules(rules)):
+    for rp in iter_rank_phases(Path(run_dir), load_rules(rules)):
         if rp.approximate:
             continue
         ivals, _ = rank_intervals(Path(run_dir), rp, table)
@@ -29,7 +29,12 @@ def top_kernels(
         frames.append(
             ivals.filter(pl.col("inst").is_not_null())
             .join(phases, on="inst", how="inner")
-            .select("phase", "name", (pl.col("end_ns") - pl.col("start_ns")).alias("dur"), "label")
+            .select(
+                "phase",
+                pl.col("name").cast(pl.String),
+                (pl.col("end_ns") - pl.col("start_ns")).alias("dur"),
+                "label",
+            )
         )
     schema = {
         "phase": pl.String,

@@ -8,6 +8,7 @@ sub-phase (depth > 0, `parent` its immediately enclosing phase, `top` the outerm
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,18 +145,32 @@ def _finish(inst: pl.DataFrame, rank: int) -> pl.DataFrame:
     )
 
 
+def iter_rank_phases(run_dir: Path, rules: RuleTable | None = None) -> Iterator[RankPhases]:
+    """RankPhases of every rank that has phases, one at a time (so a caller can finish with a
+    rank before the next is read); StoreError when no rank has any phase."""
+    run_dir = Path(run_dir)
+    found = False
+    for r in _load.run_ranks(run_dir):
+        p = rank_phases(run_dir, r, rules)
+        if p is not None:
+            found = True
+            yield p
+    if not found:
+        raise _no_phases(run_dir)
+
+
 def all_rank_phases(run_dir: Path, rules: RuleTable | None = None) -> list[RankPhases]:
     """RankPhases of every rank; StoreError when no rank has any phase."""
-    run_dir = Path(run_dir)
-    out = [p for r in _load.run_ranks(run_dir) if (p := rank_phases(run_dir, r, rules)) is not None]
-    if not out:
-        msg = (
-            f"{run_dir}: no phases found (no `tracekit/<phase>` or known annotation ranges in the "
-            "events table, no collector `phases` table); map your trace's range names to phases "
-            "with `--rules FILE.toml`"
-        )
-        raise StoreError(msg)
-    return out
+    return list(iter_rank_phases(run_dir, rules))
+
+
+def _no_phases(run_dir: Path) -> StoreError:
+    msg = (
+        f"{run_dir}: no phases found (no `tracekit/<phase>` or known annotation ranges in the "
+        "events table, no collector `phases` table); map your trace's range names to phases "
+        "with `--rules FILE.toml`"
+    )
+    return StoreError(msg)
 
 
 def phase_instances(run_dir: Path, *, rules: Path | None = None) -> pl.DataFrame:

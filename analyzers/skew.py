@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 from tracekit.analyzers.allreduce import ImplTable, load_impl_table
 from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
-from tracekit.analyzers.phases import all_rank_phases
+from tracekit.analyzers.phases import iter_rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
 
 SKEW_COLUMNS = [
@@ -40,7 +40,7 @@ def collectives(
     rule_table = rules or load_rules()
     table = impl_table or load_impl_table()
     bds, comms = [], []
-    for rp in all_rank_phases(Path(run_dir), rule_table):
+    for rp in iter_rank_phases(Path(run_dir), rule_table):
         ivals = rank_intervals(Path(run_dir), rp, table)
         bds.append(rank_breakdown(Path(run_dir), rp, table, ivals))
         top = rp.instances.filter((pl.col("depth") == 0) & (pl.col("cycle") >= 0))
