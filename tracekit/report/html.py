@@ -102,6 +102,14 @@ def rnd(values: list[Any], digits: int = 4) -> list[float | None]:
     return [None if v is None else round(float(v), digits) for v in values]
 
 
+def cycle_axis(cycles: list[int]) -> dict[str, Any]:
+    """An x axis of whole cycle numbers (no 3.5), at most ~20 ticks."""
+    if not cycles:
+        return {"title": {"text": "cycle"}}
+    step = max(1, math.ceil((max(cycles) - min(cycles) + 1) / 20))
+    return {"title": {"text": "cycle"}, "tick0": min(cycles), "dtick": step}
+
+
 def table(
     headers: list[str],
     rows: list[list[object]],
@@ -431,7 +439,7 @@ def _over_time(run: _Run) -> Section:
                 "layout": {
                     "barmode": "stack",
                     "bargap": 0.05,
-                    "xaxis": {"title": {"text": "cycle"}},
+                    "xaxis": cycle_axis(rows["cycle"].to_list()),
                     "yaxis": {"title": {"text": "ms"}},
                     "height": 280,
                 },
@@ -535,7 +543,7 @@ def _skew(run: _Run) -> Section:
                     "hovertemplate": "%{y}, cycle %{x}: %{z} µs<extra></extra>",
                 }
             ],
-            "layout": {"xaxis": {"title": {"text": "cycle"}}, "height": 140 + 26 * len(ranks)},
+            "layout": {"xaxis": cycle_axis(cycles), "height": 140 + 26 * len(ranks)},
         }
     )
     rows_out = []
@@ -811,27 +819,48 @@ def _manifest(run: _Run) -> Section:
         values.setdefault((str(section), str(key)), {})[int(rank)] = (
             "" if value is None else str(value)
         )
-    differ, same = [], []
+    differ, expected, same = [], [], []
     for (section, key), per in sorted(values.items()):
         vals = [per.get(r) for r in ranks]
         row: list[object] = [section, key] + [_clip(v) for v in vals]
-        (differ if len(set(vals)) > 1 else same).append(row)
+        if len(set(vals)) <= 1:
+            same.append(row)
+        elif (section, key) in PER_RANK_KEYS or section == "trace":
+            expected.append(row)
+        else:
+            differ.append(row)
     headers = ["section", "key"] + [f"rank {r}" for r in ranks]
-    body = ""
     if differ:
-        body += f"<p><b>{len(differ)}</b> value(s) differ between ranks.</p>" + table(
+        body = f"<p><b>{len(differ)}</b> value(s) differ between ranks.</p>" + table(
             headers, differ, classes=["differs"] * len(differ)
         )
     else:
-        body += "<p>All ranks report the same values.</p>"
+        body = "<p>All ranks report the same values (apart from what is per-rank by nature: rank, pid, trace file).</p>"
+    rows = differ + expected + same
+    classes = ["differs"] * len(differ) + ["per-rank"] * len(expected) + [""] * len(same)
     body += (
-        f"<details><summary>All {len(differ) + len(same)} entries</summary>"
-        + table(headers, differ + same, classes=["differs"] * len(differ) + [""] * len(same))
+        f"<details><summary>All {len(rows)} entries</summary>"
+        + table(headers, rows, classes=classes)
         + "</details>"
     )
     s.body = body
     _ = pl  # polars imported for the type of `man`
     return s
+
+
+PER_RANK_KEYS = {
+    ("distributed", "rank"),
+    ("env", "RANK"),
+    ("env", "LOCAL_RANK"),
+    ("env", "GROUP_RANK"),
+    ("env", "ROLE_RANK"),
+    ("env", "CUDA_VISIBLE_DEVICES"),
+    ("process", "pid"),
+    ("process", "local_rank"),
+    ("process", "rank"),
+    ("device", "index"),
+    ("device", "uuid"),
+}
 
 
 def _clip(v: str | None, n: int = 300) -> str:

@@ -1,0 +1,197 @@
+"""The HTML report: numbers from the analyzers, escaping, determinism, missing sections."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.outputs_synth import make_run
+from tracekit.cli import cli
+from tracekit.errors import InputError, StoreError
+from tracekit.report.html import build, json_for_script, render, write_report
+
+FIXED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    make_run(root / "spec", ranks=2, cycles=6, graph=True)
+    make_run(root / "base", ranks=2, cycles=6, baseline=True)
+    return root / "spec", root / "base"
+
+
+@pytest.fixture(scope="module")
+def page(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("out") / "r.html"
+    render(build(runs[0], baseline=runs[1]), out, generated=FIXED)
+    return out.read_text(encoding="utf-8")
+
+
+def _payload(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="tk-data">(.*?)</script>', page, re.S)
+    assert m
+    return json.loads(m.group(1))
+
+
+def test_trace_strings_are_escaped(page: str) -> None:
+    # the manifest's argv holds `</code><script>alert(1)</script>`; kernel names hold < and >
+    assert "<script>alert(1)" not in page
+    assert "&lt;/code&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "cutlass::Kernel2&lt;cutlass_80_tensorop" in page
+    assert "FillFunctor<float>" not in page
+    # exactly three script elements: payload, plotly, the report's own code
+    assert page.count("<script") == 3
+    assert page.count("</script>") == 3
+
+
+def test_embedded_json_cannot_close_its_script() -> None:
+    text = json_for_script({"name": "</script><script>x()</script>", "b": "a&b\u2028"})
+    assert "</" not in text
+    assert "<" not in text
+    assert json.loads(text) == {"b": "a&b\u2028", "name": "</script><script>x()</script>"}
+
+
+def test_same_input_same_bytes_apart_from_the_timestamp(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = tmp_path / "a.html", tmp_path / "b.html"
+    write_report(runs[0], a, baseline=runs[1])
+    render(build(runs[0], baseline=runs[1]), b, generated=FIXED)
+    la, lb = a.read_text().splitlines(), b.read_text().splitlines()
+    diff = [(x, y) for x, y in zip(la, lb) if x != y]
+    assert len(la) == len(lb)
+    assert len(diff) == 1
+    assert diff[0][1] == "<p class=meta>Generated 2026-01-02 03:04:05 UTC</p>"
+
+
+def test_plotly_embedded_once_and_unpacks_to_plotly_js(page: str) -> None:
+    from plotly.offline import get_plotlyjs
+
+    m = re.findall(
+        r'<script type="application/octet-stream" id="tk-plotly"[^>]*>([A-Za-z0-9+/=]+)</script>',
+        page,
+    )
+    assert len(m) == 1
+    assert gzip.decompress(base64.b64decode(m[0])).decode() == get_plotlyjs()
+    assert 'src="https://cdn.plot.ly' not in page
+
+
+def test_cdn_links_plotly_instead(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    out = write_report(runs[0], tmp_path / "cdn.html", cdn=True)
+    text = out.read_text()
+    assert re.search(r'<script src="https://cdn.plot.ly/plotly-[0-9.]+\.min\.js"', text)
+    assert 'id="tk-plotly"' not in text
+    assert out.stat().st_size < 200_000
+
+
+def test_headline_numbers_come_from_the_analyzers(runs: tuple[Path, Path], page: str) -> None:
+    from tracekit.analyzers.breakeven import breakeven_runs
+    from tracekit.analyzers.summary import summarize
+
+    sm = summarize(runs[0])
+    be = breakeven_runs(runs[1], runs[0])
+    cards = {
+        label: value
+        for value, label in re.findall(
+            r"<div class=value>(.*?)</div><div class=label>(.*?)</div>", page
+        )
+    }
+    assert cards["ranks"] == "2"
+    assert cards["cycles"] == str(sm["cycles"])
+    assert cards["tokens / s"] == f"{sm['tokens_per_s']:,.1f}"
+    assert cards["acceptance length"] == f"{sm['accept_len_mean']:.2f}"
+    assert cards["break-even acceptance length"] == f"{be['breakeven_accept_len']:.2f}"
+    assert cards["speedup vs plain decoding"] == f"{be['speedup']:.2f}x"
+    assert cards["cycles with graph replay"] == "100.0 %"  # every verify replays a graph
+
+
+def test_comparison_leads_and_all_sections_present(page: str) -> None:
+    ids = re.findall(r'<section id="([^"]+)">', page)
+    assert ids == [
+        "diff",
+        "headline",
+        "over-time",
+        "distributions",
+        "skew",
+        "graphs-allreduce",
+        "kernels",
+        "nvml",
+        "breakeven",
+        "manifest",
+    ]
+    assert "Unavailable" not in page
+    figs = _payload(page)["figures"]
+    ids = [f["id"] for f in figs]
+    assert {"fig-skew", "fig-breakeven", "fig-distributions", "fig-nvml-power"} <= set(ids)
+    assert len(ids) == len(set(ids))
+    for f in figs:
+        assert f'id="{f["id"]}"' in page
+
+
+def test_per_cycle_bars_match_the_breakdown(runs: tuple[Path, Path], page: str) -> None:
+    import polars as pl
+    from tracekit.analyzers.breakdown import breakdown
+
+    bd = breakdown(runs[0]).filter((pl.col("phase") == "verify") & (pl.col("cycle") >= 0))
+    figs = [f for f in _payload(page)["figures"] if f["id"].startswith("fig-over-time")]
+    assert len(figs) == 2  # draft, verify
+    fig = figs[1]
+    forward = {t["name"]: t for t in fig["data"]}["forward"]
+    want = bd.group_by("cycle").agg(pl.col("forward_ns").mean()).sort("cycle")
+    assert forward["x"] == want["cycle"].to_list()
+    assert forward["y"] == [round(v / 1e6, 4) for v in want["forward_ns"].to_list()]
+
+
+def test_manifest_difference_highlighted(page: str) -> None:
+    # the synthetic ranks report different NCCL versions
+    row = re.search(
+        r'<tr class="differs"><td>versions</td><td>nccl</td><td>2.28.9</td><td>2.27.7</td></tr>',
+        page,
+    )
+    assert row
+
+
+def test_missing_parts_are_said_not_faked(tmp_path: Path) -> None:
+    # GIVEN a light-mode run: no events (no kernels), no NVML, no baseline
+    make_run(tmp_path / "light", ranks=1, cycles=3, events=False, counters=False)
+    out = write_report(tmp_path / "light", tmp_path / "l.html")
+    text = out.read_text()
+    missing = re.search(r"<div class=missing>(.*?)</div>", text, re.S)
+    assert missing
+    assert "GPU clocks, power and temperature" in missing.group(1)
+    assert "Break-even" in missing.group(1)
+    assert "--baseline RUN" in text
+    assert "n/a" in text  # the break-even card says n/a, not a number
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such run directory"):
+        build(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreError, match="tracekit ingest"):
+        build(tmp_path / "empty")
+
+
+def test_cli_default_path_and_refusals(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["report", str(runs[0])])
+    assert r.exit_code == 0, r.output
+    assert (runs[0] / "tracekit-report.html").is_file()
+    r = CliRunner().invoke(cli, ["report", str(runs[0]), "--baseline", str(tmp_path / "missing")])
+    assert r.exit_code == 2
+    assert "--baseline" in r.output
+    existing = tmp_path / "x.html"
+    existing.write_text("keep")
+    r = CliRunner().invoke(cli, ["report", str(runs[0]), "-o", str(existing)])
+    assert r.exit_code == 2
+    assert existing.read_text() == "keep"
+    r = CliRunner().invoke(cli, ["report", str(tmp_path / "nope")])
+    assert r.exit_code == 2
+    assert "Traceback" not in r.output
