@@ -377,16 +377,32 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
             "module_never_imported": never,
         },
     )
-    _write_manifest(layout.manifest, manifest)
+    try:
+        _write_manifest(layout.manifest, manifest)
+    except OSError as exc:  # disk full: the child's exit code and raw data still matter most
+        warn(f"could not write {layout.manifest} ({exc.strerror or exc}); the raw data is kept")
     new_unresolved = [t for t in unresolved_run if t not in {u for u, _ in unresolved}]
     if new_unresolved:
         warn(f"targets that did not resolve in the program: {', '.join(sorted(new_unresolved))}")
+    if not patched and never:
+        modules = sorted({t.split(":")[0] for t in never})
+        warn(
+            f"nothing was recorded: the program never imported the modules of adapter "
+            f"`{pmap.name}` ({', '.join(modules)}), so none of its targets was patched "
+            f"({', '.join(never)}); check that the command runs the server the phase map is for"
+        )
 
     result = LaunchResult(run_dir=run_dir, exit_code=exit_code, run_manifest=manifest)
     if opts.merge:
         from tracekit.store.merge import merge
 
-        result.merge_result = merge(run_dir)
+        try:
+            result.merge_result = merge(run_dir)
+        except OSError as exc:
+            warn(
+                f"could not merge {run_dir} ({exc.strerror or exc}); the raw data is kept: "
+                f"free some space, then run `tracekit merge {run_dir}`"
+            )
     return result
 
 
@@ -418,5 +434,9 @@ def _reap_group(
 
 def _write_manifest(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
+    try:
+        tmp.write_text(json.dumps(data, indent=1, default=str))
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
