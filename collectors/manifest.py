@@ -179,12 +179,8 @@ def collect(
     local = rank_info.get("env_local_rank")
     if local is not None:
         process["local_rank"] = str(local)
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            distributed["backend"] = str(dist.get_backend())
-    except Exception:
-        pass
+    if rank_info.get("dist_backend"):
+        distributed["backend"] = str(rank_info["dist_backend"])
     return {
         "process": process,
         "distributed": distributed,

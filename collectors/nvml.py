@@ -8,6 +8,7 @@ the GPU. Without NVML (no driver, no `nvidia-ml-py`) the sampler says so once an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -53,8 +54,11 @@ class NvmlSampler:
         self._rows: list[tuple[int, str, str, int, float]] = []
         self._fd: int | None = None
         self._host = socket.gethostname()
+        self._warn: Callable[[str], None] = lambda msg: None
+        self._broken = False
 
     def start(self, warn: Callable[[str], None]) -> bool:
+        self._warn = warn
         try:
             if self._nvml is None:
                 import pynvml
@@ -123,9 +127,12 @@ class NvmlSampler:
                 "gpu_util_pct": getattr(util, "gpu", None),
                 "mem_util_pct": getattr(util, "memory", None),
             }
-            for metric, value in values.items():
-                if value is not None:
-                    self._rows.append((i, self._host, metric, ts, float(value)))
+            got = [(m, v) for m, v in values.items() if v is not None]
+            for metric, value in got:
+                self._rows.append((i, self._host, metric, ts, float(value)))
+            if not got and self.samples and not self._broken:
+                self._broken = True  # a GPU lost, the driver gone: say so once, keep going
+                self._warn(f"NVML stopped answering for GPU {i}; its counters end here")
         self.samples += 1
 
     def _run(self) -> None:
@@ -135,7 +142,8 @@ class NvmlSampler:
             self.sample_once()
             now = time.monotonic()
             if now - last_flush >= self.flush_seconds:
-                self.flush()
+                if not self._safe_flush():
+                    return
                 last_flush = now
             next_t += self.period
             self._stop.wait(max(0.0, next_t - time.monotonic()))
@@ -163,13 +171,33 @@ class NvmlSampler:
             os.write(self._fd, _EOS)
             os.close(self._fd)
 
+    def _safe_flush(self, *, final: bool = False) -> bool:
+        """Flush; on a write error (disk full) say so once and stop sampling."""
+        if self._fd == -1:
+            return False
+        try:
+            self.flush(final=final)
+        except OSError as exc:
+            self._warn(
+                f"could not write GPU counters to {self.out_dir} ({exc.strerror or exc}); "
+                "sampling stopped, the samples written before are kept"
+            )
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+            self._fd = -1
+            self._stop.set()
+            return False
+        return True
+
     def stop(self) -> None:
         if not self.available:
             return
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self.flush(final=True)
+        self._safe_flush(final=True)
+        self._fd = -1
         try:
             self._nvml.nvmlShutdown()
         except Exception:

@@ -16,12 +16,13 @@ to stderr, and the program goes on unwrapped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,6 +235,7 @@ class Recorder:
         loc.tid = threading.get_native_id()
         loc.replays = 0
         loc.in_cycle = False
+        loc.internal = False
         return loc.stack  # type: ignore[no-any-return]
 
     def enter(self, site: Site) -> _Frame | None:
@@ -242,6 +244,8 @@ class Recorder:
             stack: list[str] | None = getattr(loc, "stack", None)
             if stack is None:
                 stack = self._thread_stack()
+            if loc.internal:
+                return None  # tracekit's own work (writing its files) is never recorded
             if not self._nvtx_ready:
                 self._init_nvtx()
             fr = _Frame()
@@ -427,7 +431,7 @@ class Recorder:
 
     def flush(self, *, final: bool = False) -> None:
         """Write buffered records whose GPU times are known (all of them when `final`)."""
-        with self._lock:
+        with self._lock, self._internal():
             try:
                 self._last_flush = time.time_ns()
                 self._resolve_gpu(wait=final)
@@ -471,8 +475,11 @@ class Recorder:
             if dist is not None and dist.is_available() and dist.is_initialized():
                 info["dist_rank"] = dist.get_rank()
                 info["dist_world_size"] = dist.get_world_size()
+                info["dist_backend"] = str(dist.get_backend())
         except Exception:
             pass
+        # Sticky: a process group destroyed before exit does not make the rank unknown.
+        info = {**self._rank_info, **info}
         cuda = self._cuda
         try:
             if cuda is not None and cuda._initialized:
@@ -491,7 +498,24 @@ class Recorder:
         _write_json(self.dir / MANIFEST_FILE, data)
         self._manifest_written = True
 
+    @contextlib.contextmanager
+    def _internal(self) -> Iterator[None]:
+        """Calls made by tracekit itself on this thread (json, pyarrow) are not recorded."""
+        loc = self._loc
+        if getattr(loc, "stack", None) is None:
+            self._thread_stack()
+        old = loc.internal
+        loc.internal = True
+        try:
+            yield
+        finally:
+            loc.internal = old
+
     def _write_process(self, **extra: Any) -> None:
+        with self._internal():
+            self._write_process_unguarded(**extra)
+
+    def _write_process_unguarded(self, **extra: Any) -> None:
         data = dict(self.process_info)
         data.update(
             pid=self.pid,
