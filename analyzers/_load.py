@@ -10,7 +10,6 @@ from tracekit.store.reader import has_table, ranks, scan_table, table_files
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-GRAPH_LAUNCH = r"^(?:cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)(?:_v\d+|_ptsz|_spt)*$"
 
 
 def run_ranks(run_dir: Path) -> list[int]:

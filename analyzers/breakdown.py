@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 from tracekit.analyzers import _load
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, combine_labels, load_impl_table
+from tracekit.analyzers.graphs import GRAPH_LAUNCH
 from tracekit.analyzers.phases import RankPhases, iter_rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.analyzers.timeline import split
@@ -123,7 +124,7 @@ def _exact(run_dir: Path, rp: RankPhases, table: ImplTable) -> tuple[pl.DataFram
         return _cpu_intervals(events, top, table)
     runtime_names = runtime["name"].unique().cast(pl.String)
     rocm = bool(runtime_names.str.starts_with("hip").any())
-    graph_names = runtime_names.filter(runtime_names.str.contains(_load.GRAPH_LAUNCH)).to_list()
+    graph_names = runtime_names.filter(runtime_names.str.contains(GRAPH_LAUNCH)).to_list()
     launches = _attribute_by_thread(runtime, top)
     is_graph = pl.col("name").is_in(graph_names)
     graph_launches = (

@@ -1,0 +1,49 @@
+"""CUDA-graph replay per phase: which instances launched graphs and how much of their GPU time
+came from graph kernels.
+
+The per-instance columns (`graph_replayed`, `graph_kernel_frac`, `graph_launches`) are computed
+by the breakdown (a graph launch is a `cudaGraphLaunch` / `cuGraphLaunch` / `hipGraphLaunch`
+runtime call in the instance's CPU range; its kernels carry the launch's correlation id; in
+light mode the collector counts `CUDAGraph.replay` calls). This module summarises them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+GRAPH_LAUNCH = r"^(?:cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)(?:_v\d+|_ptsz|_spt)*$"
+_GRAPH_LAUNCH = re.compile(GRAPH_LAUNCH)
+
+
+def is_graph_launch(name: str) -> bool:
+    """True for the runtime/driver calls that launch a whole CUDA (or HIP) graph."""
+    return _GRAPH_LAUNCH.match(name) is not None
+
+
+def graph_summary(bd: pl.DataFrame) -> pl.DataFrame:
+    """Per phase: instances, replayed (instances that launched a graph), replayed_frac,
+    graph_launches (total) and graph_kernel_frac (busy-time weighted over the phase's exact
+    instances; null when none has busy time)."""
+    busy = pl.col("forward_ns") + pl.col("allreduce_ns")
+    exact = pl.col("graph_kernel_frac").is_not_null()
+    return (
+        bd.group_by("phase")
+        .agg(
+            pl.len().alias("instances"),
+            pl.col("graph_replayed").sum().alias("replayed"),
+            pl.col("graph_replayed").cast(pl.Float64).mean().alias("replayed_frac"),
+            pl.col("graph_launches").sum().alias("graph_launches"),
+            (
+                (pl.col("graph_kernel_frac") * busy).filter(exact).sum() / busy.filter(exact).sum()
+            ).alias("graph_kernel_frac"),
+        )
+        .with_columns(
+            pl.when(pl.col("graph_kernel_frac").is_nan())
+            .then(None)
+            .otherwise(pl.col("graph_kernel_frac"))
+            .alias("graph_kernel_frac")
+        )
+        .sort("phase")
+    )
