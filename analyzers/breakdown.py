@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 from tracekit.analyzers import _load
@@ -52,13 +53,14 @@ def _labels(names: list[str], table: ImplTable, *, rocm: bool) -> pl.DataFrame:
 
 
 def _top(rp: RankPhases) -> pl.DataFrame:
-    return rp.instances.filter((pl.col("depth") == 0) & (pl.col("cycle") >= 0))
+    top: pl.DataFrame = rp.instances.filter((pl.col("depth") == 0) & (pl.col("cycle") >= 0))
+    return top
 
 
 def _window_start(rp: RankPhases) -> int:
     top = _top(rp)
-    starts = [int(v) for v in (rp.cycles["start_ns"].min(), top["start_ns"].min()) if v is not None]
-    return min(starts)
+    starts = [rp.cycles["start_ns"].min(), top["start_ns"].min()]
+    return min(int(cast("int", v)) for v in starts if v is not None)
 
 
 def _attribute_by_thread(launches: pl.DataFrame, top: pl.DataFrame) -> pl.DataFrame:

@@ -63,7 +63,7 @@ def median_cycle_ms(run_dir: Path) -> tuple[float, float | None]:
     """(median cycle wall time in ms over all ranks and cycles, mean acceptance length)."""
     cyc = analyze(run_dir).cycles
     med = cyc["wall_ns"].median()
-    if med is None or not float(med) > 0:  # type: ignore[arg-type]
+    if med is None or not float(med) > 0:
         msg = f"{run_dir}: no cycle with device time; is this a run directory with phases?"
         raise InputError(msg)
     accept = (
@@ -72,7 +72,7 @@ def median_cycle_ms(run_dir: Path) -> tuple[float, float | None]:
         .agg(pl.col("accept_len").first())["accept_len"]
         .mean()
     )
-    return float(med) / NS_PER_MS, None if accept is None else float(accept)  # type: ignore[arg-type]
+    return float(med) / NS_PER_MS, None if accept is None else float(accept)
 
 
 def breakeven_runs(

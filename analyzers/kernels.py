@@ -45,7 +45,7 @@ def top_kernels(
     }
     if not frames:
         return pl.DataFrame(schema=schema)
-    return (
+    out: pl.DataFrame = (
         pl.concat(frames)
         .group_by("phase", "name")
         .agg(
@@ -58,6 +58,7 @@ def top_kernels(
         .head(n)
         .select(list(schema))
     )
+    return out
 
 
 def unknown_comm(run_dir: Path, **kwargs: Path | None) -> list[str]:

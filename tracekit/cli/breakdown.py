@@ -52,10 +52,11 @@ def grouped(analysis: Analysis, by: str | None) -> pl.DataFrame:
 
     bd = analysis.breakdown
     if by is None:
-        return bd.select(INSTANCE_FIELDS)
+        instances: pl.DataFrame = bd.select(INSTANCE_FIELDS)
+        return instances
     if by == "cycle":
         cyc = analysis.cycles.select("rank", "cycle", "span_ns", "accept_len")
-        return (
+        per_cycle: pl.DataFrame = (
             bd.group_by("rank", "cycle")
             .agg(
                 pl.len().alias("phases"),
@@ -66,8 +67,9 @@ def grouped(analysis: Analysis, by: str | None) -> pl.DataFrame:
             .join(cyc, on=["rank", "cycle"], how="left")
             .sort("rank", "cycle")
         )
+        return per_cycle
     keys = ["phase"] if by == "phase" else ["rank"]
-    return (
+    grouped_rows: pl.DataFrame = (
         bd.group_by(keys)
         .agg(
             pl.len().alias("instances"),
@@ -86,6 +88,7 @@ def grouped(analysis: Analysis, by: str | None) -> pl.DataFrame:
         .drop("_impl")
         .sort(keys)
     )
+    return grouped_rows
 
 
 def render(rows: pl.DataFrame, by: str | None) -> None:
