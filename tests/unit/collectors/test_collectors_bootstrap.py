@@ -92,3 +92,47 @@ def test_bad_configuration_warns_once_and_runs_uninstrumented(tmp_path: Path) ->
     )
     assert res.stderr.count("tracekit: could not instrument pid") == 1
     assert json.loads(res.stdout.splitlines()[-1])["tk"] != []  # tried, then went on
+
+
+LOADER = (
+    "from importlib.metadata import entry_points; import sys; "
+    "[ep.load()() for ep in entry_points(group=sys.argv[1]) if ep.name == 'tracekit']; "
+    "import tracekit.collectors.runtime as rt; print(rt.current() is not None)"
+)
+
+
+def test_plugin_entry_points_cover_isolated_interpreters(tmp_path: Path) -> None:
+    # GIVEN a `python -I` rank (ignores PYTHONPATH: the bootstrap cannot load) whose server
+    # loads its plugins the way vLLM's load_general_plugins / SGLang's load_plugins do
+    run = tmp_path / "run"
+    (run / "raw").mkdir(parents=True)
+    for group, via in (
+        ("vllm.general_plugins", "plugin:vllm"),
+        ("sglang.srt.plugins", "plugin:sglang"),
+    ):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}
+        env.update(
+            TRACEKIT_RUN_DIR=str(run),
+            TRACEKIT_PHASES=str(builtin_path("demo")),
+            PYTHONPATH=str(BOOTSTRAP_DIR),
+        )
+        res = subprocess.run(
+            [sys.executable, "-I", "-c", LOADER, group],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert res.stdout.strip() == "True", res.stderr
+        vias = [json.loads(p.read_text())["via"] for p in run.glob("raw/pid-*/process.json")]
+        assert via in vias
+    # outside a run the plugins do nothing
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}
+    res = subprocess.run(
+        [sys.executable, "-I", "-c", LOADER, "vllm.general_plugins"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert res.stdout.strip() == "False"
