@@ -1,0 +1,90 @@
+"""Diff pieces (bootstrap interval, manifest comparison) and top kernels, known answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from tracekit.analyzers.diff import bootstrap_ci, diff_runs, manifest_changes
+from tracekit.analyzers.kernels import top_kernels
+
+from tests.unit.analyzers import scenarios
+from tests.unit.analyzers.builders import write_rows
+
+
+def test_bootstrap_ci_is_deterministic_and_brackets_the_shift() -> None:
+    a = pl.Series([10.0, 11.0, 12.0, 13.0, 14.0] * 4)
+    b = a + 5.0
+    lo, hi = bootstrap_ci(a, b)
+    assert (lo, hi) == bootstrap_ci(a, b)
+    assert lo <= 5.0 <= hi
+    assert lo > 0
+    # identical samples: every resample pair can differ, but the interval contains 0
+    lo0, hi0 = bootstrap_ci(a, a)
+    assert lo0 <= 0.0 <= hi0
+
+
+def test_manifest_changes_per_rank_and_gpu_counters(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for run, v0, v1, torch in ((a, "1", "1", "2.11.0"), (b, "1", "2", "2.13.0")):
+        for rank, v in ((0, v0), (1, v1)):
+            write_rows(
+                run,
+                "manifests",
+                rank,
+                [
+                    {"section": "env", "key": "NCCL_ALGO", "value": v},
+                    {"section": "versions", "key": "torch", "value": torch},
+                    {"section": "trace", "key": "source_file", "value": f"{run}/{rank}.json"},
+                ],
+            )
+    for run, clock in ((a, [1980.0, 1980.0, 1700.0]), (b, [1500.0, 1500.0, 1600.0])):
+        write_rows(
+            run,
+            "counters",
+            0,
+            [
+                {"gpu": 0, "metric": "sm_clock_mhz", "ts_ns": i, "value": v}
+                for i, v in enumerate(clock)
+            ],
+        )
+    m = manifest_changes(a, b)
+    assert m["env"] == [{"name": "NCCL_ALGO", "a": "1", "b": "2", "ranks": [1]}]
+    assert m["versions"] == [{"name": "torch", "a": "2.11.0", "b": "2.13.0"}]
+    assert m["packages"] == []
+    # counters medians (no gpu section in the manifest): 1980 -> 1500
+    assert m["gpu"] == [{"name": "sm_clock_mhz_p50", "a": "1980", "b": "1500"}]
+
+
+def test_diff_same_run_is_not_significant(tmp_path: Path) -> None:
+    run = scenarios.two_rank_gpu(tmp_path)
+    d = diff_runs(run, run)
+    assert not any(p["significant"] for p in d["phases"].values())
+    assert d["headline"][0].startswith("No phase changed significantly")
+    assert all(p["delta_ms"] == 0.0 for p in d["phases"].values())
+
+
+def test_top_kernels(tmp_path: Path) -> None:
+    tk = top_kernels(scenarios.two_rank_gpu(tmp_path), n=2)
+    # verify: gemm 500+700 (rank 0) + 700+800 (rank 1) = 2700 ns, 4 launches; custom AR
+    # 500 + 300 = 800; NCCL 500 + 300 = 800 (ties ordered by name)
+    verify = tk.filter(pl.col("phase") == "verify")
+    assert verify.select("name", "count", "total_ns").rows() == [
+        ("gemm", 4, 2700),
+        (scenarios.NCCL, 2, 800),
+    ]
+    assert verify["allreduce_impl"].to_list() == [None, "nccl:RING/LL/bf16"]
+    draft = tk.filter(pl.col("phase") == "draft")
+    # k3 400 + 400, k1 300 + 200, k2 200 + 300: k3 first, then k1/k2 tie at 500 -> k1
+    assert draft.select("name", "total_ns").rows() == [("k3", 800), ("k1", 500)]
+
+
+def test_breakeven_error_is_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    result = CliRunner().invoke(cli, ["breakeven", "--baseline-ms", "-1", "--cycle-ms", "30"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "positive" in result.stderr
