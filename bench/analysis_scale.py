@@ -5,7 +5,7 @@ process (so peak RSS is the analysis's own) several times and prints wall time a
 Not a test; figures go to docs/BENCHMARKS.md ("Analysis").
 
 Per rank and cycle (2 ms apart): draft = one cudaGraphLaunch replaying 100 kernels; verify =
-350 eager launches, 20 of them NCCL allreduce kernels, each under a `tracekit/allreduce`
+350 eager launches, 21 of them NCCL allreduce kernels, each under a `tracekit/allreduce`
 sub-range; draft_extend = 50 eager launches. Kernels last 2 µs, 1 µs apart.
 
     python bench/analysis_scale.py [--ranks 8] [--cycles 1000] [--repeat 3] [--dir DIR]
@@ -25,7 +25,7 @@ from pathlib import Path
 
 KERNELS = 500
 DRAFT, VERIFY = 100, 350  # draft_extend gets the rest
-AR_EVERY = VERIFY // 20  # one allreduce kernel in every 17 verify kernels -> 20 a cycle
+AR_EVERY = VERIFY // 20  # every 17th verify kernel is an allreduce -> 21 a cycle
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 CYCLE_NS = 2_000_000
 US = 1000
