@@ -427,7 +427,7 @@ class Recorder:
         self._schema = raw_schema()
         path = self.dir / RECORDS_FILE
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(self._fd, self._schema.serialize().to_pybytes())
+        _write_all(self._fd, self._schema.serialize().to_pybytes())
 
     def flush(self, *, final: bool = False) -> None:
         """Write buffered records whose GPU times are known (all of them when `final`)."""
@@ -452,10 +452,10 @@ class Recorder:
                             [pa.array(c, type=f.type) for c, f in zip(cols, self._schema)],
                             schema=self._schema,
                         )
-                        os.write(self._fd, batch.serialize().to_pybytes())  # type: ignore[arg-type]
+                        _write_all(self._fd, batch.serialize().to_pybytes())  # type: ignore[arg-type]
                         self.flushes += 1
                     if final:
-                        os.write(self._fd, _EOS)  # type: ignore[arg-type]
+                        _write_all(self._fd, _EOS)  # type: ignore[arg-type]
                         os.close(self._fd)  # type: ignore[arg-type]
                         self._fd = -1
                 self._update_rank()
@@ -543,11 +543,17 @@ class Recorder:
         if self._failed:
             return
         if self.records == 0 and self._fd is None:
-            self._write_process(end_ns=time.time_ns())
+            try:
+                self._write_process(end_ns=time.time_ns())
+            except OSError:
+                pass  # disk full at exit: nothing was recorded, nothing is lost
             return
         self.flush(final=True)
         if not self._failed:
-            self._write_process(end_ns=time.time_ns())
+            try:
+                self._write_process(end_ns=time.time_ns())
+            except Exception as exc:
+                self.fail("close", exc)
 
     def after_fork(self) -> None:
         """In a forked child: start a fresh record stream of its own (the parent keeps its)."""
@@ -571,8 +577,19 @@ class Recorder:
         self._write_process()
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """`os.write` until all is written: a nearly full disk takes part, then raises ENOSPC."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, default=str, indent=1))
+    try:
+        tmp.write_text(json.dumps(data, default=str, indent=1))
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
