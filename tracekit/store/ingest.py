@@ -238,7 +238,6 @@ def _ingest_one(task: _Task) -> _Outcome:
     """Worker: parse one file, write its events and manifests into the staging directory."""
     from tracekit.store.kineto import (
         BatchStats,
-        graph_launch_correlations,
         iter_batches,
         load,
         meta_value,
@@ -258,8 +257,7 @@ def _ingest_one(task: _Task) -> _Outcome:
         schema = with_metadata(TABLES["events"])
         writer = pq.ParquetWriter(events_file, schema, compression="zstd")
         stats = BatchStats()
-        corrs = graph_launch_correlations(trace)
-        for batch in iter_batches(trace, graph_corrs=corrs, stats=stats):
+        for batch in iter_batches(trace, stats=stats):
             writer.write_table(conform("events", batch).replace_schema_metadata(schema.metadata))
         writer.close()
         writer = None

@@ -14,6 +14,7 @@ import re
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -85,27 +86,26 @@ class _MiniArgs(msgspec.Struct, gc=False):
     correlation: Any = None
 
 
-class _Mini(msgspec.Struct, gc=False):
-    name: Any = ""
-    args: _MiniArgs | None = None
-
-
 _DEC_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _DEC_RAWLIST = msgspec.json.Decoder(list[msgspec.Raw])
 _DEC_EVENTS = msgspec.json.Decoder(list[Event])
 _DEC_LOOSE = msgspec.json.Decoder(list[LooseEvent])
 _DEC_ARGS = msgspec.json.Decoder(list[Args | None])
-_DEC_MINI = msgspec.json.Decoder(list[_Mini])
+_DEC_MINIARGS = msgspec.json.Decoder(_MiniArgs)
 _DEC_ANY = msgspec.json.Decoder()
 
 
 @dataclass
 class RawTrace:
-    """A trace split into its top-level keys and the raw slices of its events."""
+    """A trace split into its top-level keys and its raw `traceEvents`.
+
+    `events` is the raw JSON array of an intact file, or the list of raw events kept from a
+    damaged one (`salvaged`).
+    """
 
     path: Path
     meta: dict[str, msgspec.Raw]
-    events: list[msgspec.Raw]
+    events: msgspec.Raw | list[msgspec.Raw]
     data: bytes
     warnings: list[str] = field(default_factory=list)
     salvaged: bool = False
@@ -158,12 +158,10 @@ def split_trace(path: Path, data: bytes, gz_warning: str | None = None) -> RawTr
     if raw_events is None:
         msg = f"{path}: JSON but not a Kineto trace (no `traceEvents` array); pass a torch.profiler trace"
         raise TraceFormatError(msg)
-    try:
-        events = _DEC_RAWLIST.decode(raw_events)
-    except msgspec.ValidationError:
+    if memoryview(raw_events)[:1].tobytes() != b"[":
         msg = f"{path}: `traceEvents` is not an array; pass a torch.profiler trace"
-        raise TraceFormatError(msg) from None
-    trace = RawTrace(path, meta, events, data)
+        raise TraceFormatError(msg)
+    trace = RawTrace(path, meta, raw_events, data)
     if gz_warning:
         # The JSON parsed although the gzip stream was damaged after its end: keep it, say so.
         trace.warnings.append(f"{path}: {gz_warning} after a complete trace; all events kept")
@@ -250,19 +248,18 @@ def base_time_ns(trace: RawTrace) -> int | None:
     return int(value)
 
 
-def graph_launch_correlations(trace: RawTrace) -> set[int]:
+def graph_launch_correlations(events: list[Any]) -> set[int]:
     """Correlation ids of cudaGraphLaunch / cuGraphLaunch / hipGraphLaunch calls."""
-    if b"GraphLaunch" not in trace.data:
-        return set()
     out: set[int] = set()
-    for start in range(0, len(trace.events), BATCH_EVENTS):
-        chunk = trace.events[start : start + BATCH_EVENTS]
-        for ev in _DEC_MINI.decode(b"[" + b",".join(chunk) + b"]"):
-            name = ev.name
-            if isinstance(name, str) and name.startswith(GRAPH_LAUNCH_PREFIXES) and ev.args:
-                corr = _to_int(ev.args.correlation)
-                if corr is not None:
-                    out.add(corr)
+    for ev in events:
+        name = ev.name
+        if type(name) is str and name.startswith(GRAPH_LAUNCH_PREFIXES) and len(ev.args):
+            try:
+                corr = _to_int(_DEC_MINIARGS.decode(ev.args).correlation)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if corr is not None:
+                out.add(corr)
     return out
 
 
@@ -378,45 +375,44 @@ def _dict_array(values: Sequence[Any]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(indices, dictionary)
 
 
-def _address(buf: Any) -> int:
-    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
+def decode_events(trace: RawTrace) -> list[Any]:
+    """All events as structs (typed fast path; any JSON types on the slow path)."""
+    if isinstance(trace.events, list):
+        blob: Any = b"[" + b",".join(trace.events) + b"]"
+    else:
+        blob = trace.events
+    try:
+        return _DEC_EVENTS.decode(blob)
+    except msgspec.ValidationError:
+        return _DEC_LOOSE.decode(blob)
 
 
 def iter_batches(
     trace: RawTrace,
     *,
-    graph_corrs: set[int],
     stats: BatchStats,
     batch_events: int = BATCH_EVENTS,
 ) -> Iterator[pa.Table]:
-    """Yield `events` tables (schema columns, before `conform`) batch by batch."""
+    """Yield `events` tables (schema columns, before `conform`) batch by batch.
+
+    Decoded events are released batch by batch, so memory holds the file's bytes, the structs
+    not yet converted, and one batch of Arrow columns.
+    """
     base = base_time_ns(trace)
     relative = base is not None
     offset = base if base is not None else 0
-    events = trace.events
-    contiguous = not trace.salvaged and len(trace.data) > 0
-    data_addr = _address(trace.data) if contiguous else 0
+    events = decode_events(trace)
+    graph_corrs = graph_launch_correlations(events) if b"GraphLaunch" in trace.data else set()
     for start in range(0, len(events), batch_events):
-        chunk = events[start : start + batch_events]
-        if not chunk:
-            continue
-        if contiguous:
-            # The raw events are views into `data`, in order: decode the batch's span at once.
-            lo = _address(chunk[0]) - data_addr
-            hi = _address(chunk[-1]) - data_addr + len(chunk[-1])
-            blob = b"[" + trace.data[lo:hi] + b"]"
-        else:
-            blob = b"[" + b",".join(chunk) + b"]"
-        try:
-            evs: list[Any] = _DEC_EVENTS.decode(blob)
-        except msgspec.ValidationError:
-            evs = _DEC_LOOSE.decode(blob)
-        evs = [e for e in evs if e.ph in KEEP_PH]
+        end = min(start + batch_events, len(events))
+        evs = [e for e in events[start:end] if e.ph in KEEP_PH]
+        events[start:end] = repeat(None, end - start)
         if not evs:
             continue
         table = _convert(
             evs, offset=offset, relative=relative, graph_corrs=graph_corrs, stats=stats
         )
+        del evs
         if table.num_rows:
             yield table
 
@@ -449,10 +445,9 @@ def _convert(
     del evs
     lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     has_args = lengths > 0
-    pieces = [r if len(r) else b"null" for r in raws]
+    pieces = [r if len(r) else b"" for r in raws]
     del raws
-    blob = b"[" + b",".join(pieces) + b"]"
-    del pieces
+    blob = b"[" + b",".join([p if len(p) else b"null" for p in pieces]) + b"]"
     try:
         args: list[Any] = _DEC_ARGS.decode(blob)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -462,7 +457,8 @@ def _convert(
 
     # Device rows: an `args.stream`, or a device category (pid = device, tid = stream).
     cat_codes = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-    gpu_codes = [i for i, c in enumerate(cat.dictionary.to_pylist()) if c in GPU_CATS]
+    cat_dict = cat.dictionary.to_pylist()
+    gpu_codes = [i for i, c in enumerate(cat_dict) if c in GPU_CATS]
     ph_x = [i for i, p in enumerate(ph.dictionary.to_pylist()) if p == "X"]
     dev_cat = np.isin(cat_codes, gpu_codes) & np.isin(
         ph.indices.to_numpy(zero_copy_only=False), ph_x
@@ -477,7 +473,7 @@ def _convert(
         pc.is_in(correlation, pa.array(sorted(graph_corrs), type=pa.int64())), False
     )
     graph = pc.if_else(is_gpu, in_graph, pa.nulls(n, pa.bool_()))
-    kernels = pc.equal(cat, "kernel") if "kernel" in cat.dictionary.to_pylist() else None
+    kernels = pc.equal(cat, "kernel") if "kernel" in cat_dict else None
     if kernels is not None:
         counts = pc.value_counts(pc.filter(device, pc.fill_null(kernels, False)))
         for item in counts.to_pylist():
@@ -486,32 +482,25 @@ def _convert(
                     stats.devices.get(item["values"], 0) + item["counts"]
                 )
 
-    # `args` column: each event's args object as written, sliced out of `blob` without copies
-    # (element i spans its JSON plus the following separator, which is then cut off).
-    written = np.where(has_args, lengths, 4)
-    offsets = np.empty(n + 1, dtype=np.int64)
-    offsets[0] = 1
-    np.cumsum(written + 1, out=offsets[1:])
-    offsets[1:] += 1
-    offsets[n] = len(blob)
+    # `args` column: each event's args object as written (one more join, no per-row objects).
+    text = b"".join(pieces)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
     if offsets[n] < 2**31:
-        spans = pa.StringArray.from_buffers(
-            n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(blob)
+        args_all = pa.StringArray.from_buffers(
+            n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(text)
         )
     else:
-        spans = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(blob))
-    args_json = pc.utf8_slice_codeunits(spans, 0, -1).cast(pa.string())
-    covered = np.isin(
-        cat_codes, [i for i, c in enumerate(cat.dictionary.to_pylist()) if c in ARGS_COVERED_CATS]
-    )
-    args_json = pc.if_else(pa.array(has_args & ~covered), args_json, pa.nulls(n, pa.string()))
+        args_all = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
+    covered = np.isin(cat_codes, [i for i, c in enumerate(cat_dict) if c in ARGS_COVERED_CATS])
+    args_json = pc.if_else(pa.array(has_args & ~covered), args_all, pa.nulls(n, args_all.type))
 
     values: list[float | None] = [None] * n
     ph_codes = ph.indices.to_numpy(zero_copy_only=False)
     c_codes = [i for i, p in enumerate(ph.dictionary.to_pylist()) if p == "C"]
     if c_codes:
         for i in np.flatnonzero(np.isin(ph_codes, c_codes) & has_args):
-            values[i] = _counter_value(blob[offsets[i] : offsets[i + 1] - 1])
+            values[i] = _counter_value(text[offsets[i] : offsets[i + 1]])
 
     stats.events += n
     columns: dict[str, pa.Array] = {
