@@ -34,6 +34,7 @@ from typing import Any
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors import runtime as rt
 from tracekit.collectors.recorder import PROCESS_FILE
+from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.resolve import FOUND, UNKNOWN, installed_module_file, resolve_all
 
 from tracekit._version import __version__
@@ -146,7 +147,7 @@ class ProcessWatcher:
                     cmd = [a.decode(errors="replace") for a in argv if a]
                 except OSError:
                     cmd = []
-                self.seen[pid] = {"pid": pid, "ppid": int(fields[1]), "argv": cmd}
+                self.seen[pid] = {"pid": pid, "ppid": int(fields[1]), "argv": redact_argv(cmd)}
         return alive
 
     def _run(self) -> None:
@@ -265,7 +266,7 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     manifest: dict[str, Any] = {
         "tracekit_version": __version__,
         "schema_version": SCHEMA_VERSION,
-        "command": opts.command,
+        "command": redact_argv(opts.command),
         "cwd": os.getcwd(),
         "host": socket.gethostname(),
         "adapter": pmap.name,

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors.redact import redact_argv, redact_value
+
 from tracekit._version import __version__
 
 ENV_PREFIXES = (
@@ -50,7 +52,7 @@ def filtered_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
     for name in sorted(env):
         if name in ENV_NAMES or name.startswith(ENV_PREFIXES):
-            out[name] = REDACTED if _SECRET.search(name) else env[name]
+            out[name] = REDACTED if _SECRET.search(name) else redact_value(env[name])
     return out
 
 
@@ -163,7 +165,7 @@ def collect(
         "host": socket.gethostname(),
         "pid": str(os.getpid()),
         "ppid": str(os.getppid()),
-        "argv": " ".join(sys.argv),
+        "argv": " ".join(redact_argv(sys.argv)),
         "executable": sys.executable,
         "adapter": os.environ.get("TRACEKIT_ADAPTER", ""),
         "mode": os.environ.get("TRACEKIT_MODE", "light"),

@@ -21,6 +21,7 @@ from typing import Any
 from tracekit.collectors import phasemap
 from tracekit.collectors.importhook import PostImportHook
 from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.wrappers import install
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
@@ -134,7 +135,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         "pid": os.getpid(),
         "ppid": os.getppid(),
         "host": socket.gethostname(),
-        "argv": list(sys.argv),
+        "argv": redact_argv(sys.argv),
         "executable": sys.executable,
         "via": via,
         "adapter": config.adapter,

@@ -39,6 +39,8 @@ def _tracekit_chain() -> None:
 def _tracekit_activate() -> None:
     if not os.environ.get("TRACEKIT_RUN_DIR"):
         return
+    if os.environ.get("TRACEKIT_DISABLE", "") not in ("", "0"):
+        return  # this process of the tree opted out: import nothing of tracekit
     try:
         from tracekit.collectors.runtime import activate
 
