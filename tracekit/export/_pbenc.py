@@ -131,6 +131,103 @@ def join(pieces: list[Piece]) -> bytes:
     return data[mask].tobytes()
 
 
+def compact(pieces: list[Piece]) -> Piece:
+    """Several pieces as one: each row's used bytes packed to the left of one matrix."""
+    n = pieces[0].lens.shape[0]
+    lens = total_len(pieces)
+    width = int(lens.max()) if n else 0
+    out = np.zeros((n, max(width, 1)), dtype=np.uint8)
+    if width:
+        flat = np.frombuffer(join(pieces), dtype=np.uint8)
+        rows = np.repeat(np.arange(n), lens)
+        starts = np.cumsum(lens) - lens
+        cols = np.arange(flat.shape[0]) - np.repeat(starts, lens)
+        out[rows, cols] = flat
+    return Piece(out, lens)
+
+
+def empty(n: int) -> Piece:
+    return Piece(np.zeros((n, 1), dtype=np.uint8), np.zeros(n, dtype=np.int64))
+
+
+def take(piece: Piece, index: npt.NDArray[np.int64], present: npt.NDArray[np.bool_]) -> Piece:
+    """Rows `index` of `piece`, empty where not `present`."""
+    return Piece(piece.data[index], np.where(present, piece.lens[index], 0))
+
+
+def stack(pieces: list[Piece]) -> Piece:
+    """Pieces of different row sets one below the other (padded to one width)."""
+    width = max(p.data.shape[1] for p in pieces)
+    data = np.concatenate(
+        [np.pad(p.data, ((0, 0), (0, width - p.data.shape[1]))) for p in pieces], axis=0
+    )
+    return Piece(data, np.concatenate([p.lens for p in pieces]))
+
+
+def ragged(rows: list[bytes]) -> Piece:
+    """Pre-encoded bytes per row (any lengths)."""
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    width = max(int(lens.max()) if rows else 0, 1)
+    flat = np.frombuffer(b"".join(rows), dtype=np.uint8)
+    out = np.zeros((len(rows), width), dtype=np.uint8)
+    if flat.shape[0]:
+        starts = np.cumsum(lens) - lens
+        r = np.repeat(np.arange(len(rows)), lens)
+        out[r, np.arange(flat.shape[0]) - np.repeat(starts, lens)] = flat
+    return Piece(out, lens)
+
+
+def _string_piece(field: int, values: list[str | None]) -> Piece:
+    """`field` as a string on each row (absent for None); each distinct string encoded once."""
+    n = len(values)
+    uniq: dict[str, int] = {}
+    idx = np.empty(n, dtype=np.int64)
+    for i, v in enumerate(values):
+        idx[i] = -1 if v is None else uniq.setdefault(v, len(uniq))
+    if not uniq:
+        return empty(n)
+    enc = [_tag(field, 2) + _varint_bytes(len(b)) + b for b in (u.encode() for u in uniq)]
+    width = max(len(e) for e in enc)
+    table = np.zeros((len(enc), width), dtype=np.uint8)
+    for i, e in enumerate(enc):
+        table[i, : len(e)] = np.frombuffer(e, dtype=np.uint8)
+    lens_u = np.array([len(e) for e in enc], dtype=np.int64)
+    safe = np.maximum(idx, 0)
+    return Piece(table[safe], np.where(idx >= 0, lens_u[safe], 0))
+
+
+def debug_annotations(columns: dict[str, tuple[str, Any]], n: int) -> Piece:
+    """TrackEvent.debug_annotations (field 4), one a column, per row; None / NaN leave it out.
+
+    `columns` maps an argument name to (kind, values), kind one of "int", "double", "bool",
+    "string". DebugAnnotation fields: name 10, bool_value 2, int_value 4, double_value 5,
+    string_value 6.
+    """
+    pieces: list[Piece] = []
+    for name, (kind, values) in columns.items():
+        name_piece = const(_tag(10, 2) + _varint_bytes(len(name.encode())) + name.encode(), n)
+        if kind == "string":
+            value = _string_piece(6, list(values))
+            present = value.lens > 0
+            value_pieces = [value]
+        else:
+            arr = np.asarray(values, dtype=np.float64 if kind == "double" else object)
+            if kind == "double":
+                present = ~np.isnan(arr)
+                value_pieces = field_fixed64(
+                    5, np.where(present, arr, 0.0).astype("<f8").view("<u8")
+                )
+            else:
+                present = np.array([v is not None for v in arr], dtype=bool)
+                ints = np.array([0 if v is None else int(v) for v in arr], dtype=np.int64)
+                value_pieces = field_varint(2 if kind == "bool" else 4, ints.view(np.uint64))
+        sub = field_message(4, [name_piece, *value_pieces])
+        for p in sub:
+            p.lens = np.where(present, p.lens, 0)
+        pieces += sub
+    return compact(pieces) if pieces else empty(n)
+
+
 def _packets(ts: npt.NDArray[Any], sequence_id: int, te: list[Piece]) -> tuple[bytes, I64]:
     n = ts.shape[0]
     packet: list[Piece] = []
@@ -151,6 +248,7 @@ def track_event_packets(
     name_iid: npt.ArrayLike | None = None,
     correlation: npt.ArrayLike | None = None,
     flow_id: npt.ArrayLike | None = None,
+    extra: Piece | None = None,
 ) -> tuple[bytes, I64]:
     """One `Trace{packet{...track_event{...}}}` a row; zero in an optional column means absent.
 
@@ -172,6 +270,8 @@ def track_event_packets(
     if correlation is not None:
         corr = np.asarray(correlation)
         te += field_varint(52, corr, corr != 0)
+    if extra is not None:
+        te.append(extra)  # pre-encoded fields (debug annotations, several flow ids)
     return _packets(ts_a, sequence_id, te)
 
 

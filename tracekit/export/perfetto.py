@@ -24,6 +24,7 @@ ops) is encoded vectorised by `tracekit.export._pbenc`, the same framing, into t
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,8 @@ META_SEQUENCE = 1
 _RANK_SHIFT = 32
 # Flow ids: rank r's GPU row i gets ((r + 1) << 40) + i + 1.
 _FLOW_SHIFT = 40
+_FLOW_TAG = bytes([0xF9, 0x02])  # TrackEvent.flow_ids, field 47, fixed64
+_FEW_FLOWS = 8  # launches with more kernels than this are written with protobuf objects
 
 COUNTER_UNITS = {
     "sm_clock_mhz": "MHz",
@@ -88,16 +91,34 @@ class ExportStats:
     counters: int = 0
     notes: list[str] = field(default_factory=list)
 
+    def merge(self, other: ExportStats) -> None:
+        self.slices += other.slices
+        self.kernel_lanes += other.kernel_lanes
+        self.flows += other.flows
+        self.counters += other.counters
+        self.notes += other.notes
 
-def write_perfetto(run_dir: Path, out_path: Path, *, flows: bool = False) -> Path:
+
+def write_perfetto(
+    run_dir: Path, out_path: Path, *, flows: bool = False, jobs: int | None = None
+) -> Path:
     """Write `run_dir` as a native Perfetto trace at `out_path`; return the path."""
-    return export(run_dir, out_path, flows=flows).path
+    return export(run_dir, out_path, flows=flows, jobs=jobs).path
 
 
-def export(run_dir: Path, out_path: Path, *, flows: bool = False) -> ExportStats:
-    """`write_perfetto`, returning what was written."""
-    from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+# Below this many events, ranks are written in this process (starting workers costs ~1 s).
+PARALLEL_MIN_EVENTS = 400_000
 
+
+def export(
+    run_dir: Path, out_path: Path, *, flows: bool = False, jobs: int | None = None
+) -> ExportStats:
+    """`write_perfetto`, returning what was written.
+
+    Ranks are independent packet sequences, so with `jobs` > 1 (default: one per CPU for runs
+    of at least PARALLEL_MIN_EVENTS events) worker processes write ranks to temporary files,
+    which are then appended in rank order; each worker holds one rank at a time.
+    """
     run_dir = Path(run_dir)
     out_path = Path(out_path)
     if not run_dir.is_dir():
@@ -117,21 +138,65 @@ def export(run_dir: Path, out_path: Path, *, flows: bool = False) -> ExportStats
         {r for t, present in tables.items() if present for r in reader.ranks(run_dir, t)}
     )
     stats = ExportStats(path=out_path, ranks=all_ranks)
-    context = _RunContext.load(run_dir, tables, stats)
+    if jobs is None:
+        jobs = 1
+        if len(all_ranks) > 1 and tables["events"]:
+            n_events = sum(pq_rows(f) for _, f in reader.table_files(run_dir, "events"))
+            if n_events >= PARALLEL_MIN_EVENTS:
+                jobs = min(len(all_ranks), os.cpu_count() or 1)
+    jobs = max(1, min(jobs, len(all_ranks) or 1))
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+    parts: list[Path] = []
     try:
         with tmp.open("wb") as f:
-            builder = StreamingTraceProtoBuilder(f)
-            writer = _Writer(f, builder)
-            writer.metadata(run_dir, context, stats)
-            for rank in all_ranks:
-                _RankExport(writer, context, run_dir, rank, flows=flows, stats=stats).write()
+            if jobs == 1:
+                context = _RunContext.load(run_dir, tables)
+                writer = _Writer.on(f)
+                for rank in all_ranks:
+                    _RankExport(writer, context, run_dir, rank, flows=flows, stats=stats).write()
+            else:
+                import multiprocessing as mp
+                from concurrent.futures import ProcessPoolExecutor
+
+                parts = [tmp.with_name(f"{tmp.name}.rank{r}") for r in all_ranks]
+                with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+                    futures = [
+                        pool.submit(_rank_to_file, run_dir, r, flows, tables, part)
+                        for r, part in zip(all_ranks, parts)
+                    ]
+                    for fut, part in zip(futures, parts):
+                        part_stats = fut.result()
+                        stats.merge(part_stats)
+                        with part.open("rb") as pf:
+                            shutil.copyfileobj(pf, f, 1 << 22)
+                        part.unlink()
+            # last: the run's metadata, with the notes of every rank
+            _Writer.on(f).metadata(run_dir, tables, stats)
         tmp.replace(out_path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        for part in parts:
+            part.unlink(missing_ok=True)
         raise
+    return stats
+
+
+def pq_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def _rank_to_file(
+    run_dir: Path, rank: int, flows: bool, tables: dict[str, bool], part: Path
+) -> ExportStats:
+    """Worker: one rank's packets into `part`."""
+    stats = ExportStats(path=part, ranks=[rank])
+    context = _RunContext.load(run_dir, tables)
+    with part.open("wb") as f:
+        _RankExport(_Writer.on(f), context, run_dir, rank, flows=flows, stats=stats).write()
     return stats
 
 
@@ -143,11 +208,9 @@ def export(run_dir: Path, out_path: Path, *, flows: bool = False) -> ExportStats
 class _RunContext:
     tables: dict[str, bool]
     processes: dict[int, dict[str, str]]
-    phases: pl.DataFrame | None
-    breakdown: pl.DataFrame | None
 
     @classmethod
-    def load(cls, run_dir: Path, tables: dict[str, bool], stats: ExportStats) -> _RunContext:
+    def load(cls, run_dir: Path, tables: dict[str, bool]) -> _RunContext:
         import polars as pl
 
         processes: dict[int, dict[str, str]] = {}
@@ -155,33 +218,41 @@ class _RunContext:
             man = reader.read_table(run_dir, "manifests").filter(pl.col("section") == "process")
             for row in man.iter_rows(named=True):
                 processes.setdefault(int(row["rank"]), {})[str(row["key"])] = str(row["value"])
+        return cls(tables=tables, processes=processes)
 
-        phases: pl.DataFrame | None = None
-        try:
-            from tracekit.analyzers.phases import phase_instances
 
-            phases = phase_instances(run_dir)
-        except ImportError:
-            if tables["phases"]:
-                phases = reader.read_table(run_dir, "phases").select(
-                    "rank", "cycle", "phase", "start_ns", "end_ns", "depth", "parent"
-                )
-        except TracekitError as exc:
-            stats.notes.append(f"phases and breakdown unavailable: {exc}")
-
-        breakdown: pl.DataFrame | None = None
-        try:
-            from tracekit.analyzers.breakdown import breakdown as compute_breakdown
-
-            breakdown = compute_breakdown(run_dir)
-        except ImportError:
-            stats.notes.append(
-                "breakdown unavailable: tracekit.analyzers.breakdown is not installed"
+def _rank_analysis(
+    run_dir: Path, rank: int, tables: dict[str, bool], notes: list[str]
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """(phase instances, breakdown) of one rank from `tracekit.analyzers` (the same per-rank
+    steps `breakdown()` runs), or the collector's phases table when the analyzers are absent."""
+    try:
+        from tracekit.analyzers.allreduce import load_impl_table
+        from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
+        from tracekit.analyzers.phases import rank_phases
+        from tracekit.analyzers.rules import load_rules
+    except ImportError:
+        notes.append("breakdown unavailable: `tracekit.analyzers` is not installed")
+        if tables["phases"] and rank in reader.ranks(run_dir, "phases"):
+            ph = reader.read_table(run_dir, "phases", rank=rank)
+            return ph.select(
+                "rank", "cycle", "phase", "start_ns", "end_ns", "depth", "parent"
+            ), None
+        return None, None
+    try:
+        rp = rank_phases(run_dir, rank, load_rules(None))
+        if rp is None:
+            notes.append(
+                f"rank {rank}: no phases found (no `tracekit/<phase>` or known annotation ranges, "
+                "no collector `phases` table)"
             )
-        except TracekitError as exc:
-            if not any(str(exc) in n for n in stats.notes):
-                stats.notes.append(f"breakdown unavailable: {exc}")
-        return cls(tables=tables, processes=processes, phases=phases, breakdown=breakdown)
+            return None, None
+        table = load_impl_table(None)
+        bd = rank_breakdown(run_dir, rp, table, rank_intervals(run_dir, rp, table))
+        return rp.instances, bd
+    except TracekitError as exc:
+        notes.append(f"rank {rank}: phases and breakdown unavailable: {exc}")
+        return None, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,6 +265,12 @@ class _Writer:
     def __init__(self, f: IO[bytes], builder: Any) -> None:
         self.f = f
         self.builder = builder
+
+    @classmethod
+    def on(cls, f: IO[bytes]) -> _Writer:
+        from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+
+        return cls(f, StreamingTraceProtoBuilder(f))
 
     def packet(self, sequence: int, *, first: bool = False, ts: int | None = None) -> TracePacket:
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
@@ -218,7 +295,7 @@ class _Writer:
     def raw(self, data: bytes | memoryview) -> None:
         self.f.write(data)
 
-    def metadata(self, run_dir: Path, context: _RunContext, stats: ExportStats) -> None:
+    def metadata(self, run_dir: Path, tables: dict[str, bool], stats: ExportStats) -> None:
         """An instant on a `tracekit` track: version, schema, run, notes (what is missing)."""
         uuid = 1
         p = self.packet(META_SEQUENCE, first=True)
@@ -226,7 +303,7 @@ class _Writer:
         d.uuid = uuid
         d.name = "tracekit"
         self.write(p)
-        ts = _first_ts(run_dir, context.tables)
+        ts = _first_ts(run_dir, tables)
         e = self.packet(META_SEQUENCE, ts=ts)
         e.track_event.type = INSTANT
         e.track_event.track_uuid = uuid
@@ -290,6 +367,7 @@ class _Slices:
     flow: np.ndarray | None = None
     instant: np.ndarray | None = None  # bool: instant events (no end)
     special: np.ndarray | None = None  # int: index into the special packets, -1 for none
+    args: _pbenc.Piece | None = None  # pre-encoded extra TrackEvent fields of each begin
 
 
 class _RankExport:
@@ -387,6 +465,10 @@ class _RankExport:
     def write(self) -> None:
         import polars as pl
 
+        self.phase_frame, self.bd = _rank_analysis(
+            self.run_dir, self.rank, self.ctx.tables, self.stats.notes
+        )
+
         events = (
             reader.read_table(self.run_dir, "events", rank=self.rank)
             if self.ctx.tables["events"] and self.rank in reader.ranks(self.run_dir, "events")
@@ -465,64 +547,100 @@ class _RankExport:
         starts = cyc["start_ns"].to_numpy().astype(np.int64)
         ends = np.maximum(cyc["end_ns"].to_numpy().astype(np.int64), starts)
         names = [f"cycle {c}" for c in cyc["cycle"].to_list()]
-        special = np.empty(cyc.height, dtype=np.int64)
-        for i, row in enumerate(cyc.iter_rows(named=True)):
-            args: dict[str, Any] = {"cycle": row["cycle"], "accept_len": row["accept_len"]}
-            s = sums.get(int(row["cycle"]))
-            if s:
-                args.update(
-                    wall_ns=s["wall_ns"],
-                    forward_ns=s["forward_ns"],
-                    allreduce_ns=s["allreduce_ns"],
-                    overhead_ns=s["overhead_ns"],
-                    graph_replayed=s["graph_replayed"],
-                    allreduce_impl=s["allreduce_impl"] or None,
-                )
-            special[i] = self.add_special(args)
+        cols: dict[str, tuple[str, Any]] = {
+            "cycle": ("int", cyc["cycle"].to_list()),
+            "accept_len": (
+                "double",
+                cyc["accept_len"].cast(pl.Float64).fill_null(float("nan")).to_list(),
+            ),
+        }
+        if sums:
+            per = [sums.get(int(c)) for c in cyc["cycle"].to_list()]
+            for key in ("wall_ns", "forward_ns", "allreduce_ns", "overhead_ns"):
+                cols[key] = ("int", [None if r is None else r[key] for r in per])
+            cols["graph_replayed"] = (
+                "bool",
+                [None if r is None else r["graph_replayed"] for r in per],
+            )
+            cols["allreduce_impl"] = (
+                "string",
+                [(r["allreduce_impl"] or None) if r else None for r in per],
+            )
         return self._lane_split(
-            track, proc, "cycles", starts, ends, self.intern(names), special=special, nested=False
+            track,
+            proc,
+            "cycles",
+            starts,
+            ends,
+            self.intern(names),
+            args=_pbenc.debug_annotations(cols, cyc.height),
+            nested=False,
         )
 
     def _breakdown(self) -> pl.DataFrame | None:
-        import polars as pl
-
-        bd = self.ctx.breakdown
-        if bd is None:
-            return None
-        return bd.filter(pl.col("rank") == self.rank)
+        return self.bd
 
     def phases(self, proc: int) -> list[_Slices]:
         import polars as pl
 
-        ph = self.ctx.phases
+        ph = self.phase_frame
         if ph is None:
             return []
-        ph = ph.filter(pl.col("rank") == self.rank).sort("start_ns")
+        ph = ph.sort("start_ns")
         if ph.height == 0:
             return []
         bd = self._breakdown()
-        # a breakdown row is a top-level phase instance: same rank, cycle, phase and CPU start
-        by_key: dict[tuple[int, str, int], dict[str, Any]] = {}
-        if bd is not None and bd.height:
-            for row in bd.iter_rows(named=True):
-                by_key[(int(row["cycle"]), str(row["phase"]), int(row["start_ns"]))] = row
-        top = ph
+        top = ph.select("cycle", "phase", "start_ns", "end_ns", "depth", "parent").with_columns(
+            pl.col("phase").cast(pl.String), pl.col("parent").cast(pl.String)
+        )
+        present = [k for k in BREAKDOWN_ARGS if bd is not None and k in bd.columns]
+        if bd is not None and bd.height and present:
+            # a breakdown row is a top-level phase instance: same cycle, phase and CPU start
+            right = bd.select(
+                pl.col("cycle"),
+                pl.col("phase").cast(pl.String),
+                pl.col("start_ns"),
+                *[pl.col(k) for k in present],
+                pl.lit(0, dtype=top["depth"].dtype).alias("depth"),
+            ).unique(["cycle", "phase", "start_ns"], keep="first")
+            top = top.join(
+                right, on=["cycle", "phase", "start_ns", "depth"], how="left", maintain_order="left"
+            )
         track = self.descriptor("phases", parent=proc, rank_order=1)
         starts = top["start_ns"].to_numpy().astype(np.int64)
         ends = np.maximum(top["end_ns"].to_numpy().astype(np.int64), starts)
-        special = np.empty(top.height, dtype=np.int64)
-        for i, row in enumerate(top.iter_rows(named=True)):
-            args: dict[str, Any] = {"cycle": row["cycle"], "depth": row["depth"]}
-            if row.get("parent"):
-                args["parent"] = row["parent"]
-            if row["depth"] == 0 and row["cycle"] is not None:
-                b = by_key.get((int(row["cycle"]), str(row["phase"]), int(row["start_ns"])))
-                if b is not None:
-                    args.update({k: b[k] for k in BREAKDOWN_ARGS if k in b})
-            special[i] = self.add_special(args)
+        cols: dict[str, tuple[str, Any]] = {
+            "cycle": ("int", top["cycle"].to_list()),
+            "depth": ("int", top["depth"].to_list()),
+            "parent": ("string", top["parent"].to_list()),
+        }
+        kinds = {
+            pl.Boolean: "bool",
+            pl.Float64: "double",
+            pl.Float32: "double",
+            pl.String: "string",
+        }
+        for k in present:
+            col = top[k]
+            kind = kinds.get(col.dtype.base_type(), "int")  # type: ignore[call-overload]
+            if kind == "double":
+                cols[k] = (kind, col.cast(pl.Float64).fill_null(float("nan")).to_list())
+            elif kind == "string":
+                cols[k] = (kind, col.cast(pl.String).to_list())
+            elif col.dtype.is_integer() or kind == "bool":
+                cols[k] = (kind, col.to_list())
+            else:
+                cols[k] = ("string", col.cast(pl.String).to_list())
         names = [str(n) for n in top["phase"].to_list()]
         return self._lane_split(
-            track, proc, "phases", starts, ends, self.intern(names), special=special, nested=True
+            track,
+            proc,
+            "phases",
+            starts,
+            ends,
+            self.intern(names),
+            args=_pbenc.debug_annotations(cols, top.height),
+            nested=True,
         )
 
     def add_special(self, args: dict[str, Any], flows: list[int] | None = None) -> int:
@@ -543,6 +661,7 @@ class _RankExport:
         special: np.ndarray | None = None,
         correlation: np.ndarray | None = None,
         flow: np.ndarray | None = None,
+        args: _pbenc.Piece | None = None,
         lane_prefix: str = "lane",
         rank_order: int | None = None,
     ) -> list[_Slices]:
@@ -568,6 +687,7 @@ class _RankExport:
                     correlation=None if correlation is None else correlation[sel],
                     flow=None if flow is None else flow[sel],
                     special=None if special is None else special[sel],
+                    args=None if args is None else _pbenc.Piece(args.data[sel], args.lens[sel]),
                 )
             )
         return out
@@ -681,14 +801,19 @@ class _RankExport:
                 iids = sel["_iid"].to_numpy()
                 corr = sel["correlation"].to_numpy().astype(np.int64)
                 special = None
+                flow_args = None
                 if launch_flows:
                     special = np.full(sel.height, -1, dtype=np.int64)
+                    few: list[bytes] = [b""] * sel.height
                     for i in np.flatnonzero(
                         np.isin(corr, np.fromiter(launch_flows, np.int64)) & ~inst
                     ).tolist():
                         fl = launch_flows.pop(int(corr[i]), None)
-                        if fl:
+                        if fl and len(fl) <= _FEW_FLOWS:
+                            few[i] = b"".join(_FLOW_TAG + f.to_bytes(8, "little") for f in fl)
+                        elif fl:
                             special[i] = self.add_special({}, fl)
+                    flow_args = _pbenc.ragged(few)
                 x = ~inst
                 out += self._lane_split(
                     uuid,
@@ -700,6 +825,9 @@ class _RankExport:
                     nested=True,
                     special=None if special is None else special[x],
                     correlation=corr[x],
+                    args=None
+                    if flow_args is None
+                    else _pbenc.Piece(flow_args.data[x], flow_args.lens[x]),
                     lane_prefix="overlap",
                 )
                 if inst.any():
@@ -718,10 +846,14 @@ class _RankExport:
     # -- emission -----------------------------------------------------------------------------
 
     def emit(self, groups: list[_Slices]) -> None:
-        """Write every group's begin/end packets, in nesting order per track."""
-        cols: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("ts", "type", "track", "iid", "corr", "flow", "special")
-        }
+        """Write every group's begin/end packets, in nesting order per track.
+
+        Groups are encoded one after the other (a group is one track), so a wide argument
+        column (the phases' breakdown) never pads the rows of another track.
+        """
+        if self.pending_names or self.first:
+            # interned names must precede their first use
+            self.w.write(self.packet())
         for g in groups:
             n = g.start.shape[0]
             if n == 0:
@@ -735,32 +867,32 @@ class _RankExport:
                 idx, is_begin = sweep_order(g.start, g.end)
                 types = np.where(is_begin, SLICE_BEGIN, SLICE_END)
                 ts = np.where(is_begin, g.start[idx], g.end[idx])
-            cols["ts"].append(ts)
-            cols["type"].append(types)
-            cols["track"].append(np.full(idx.shape[0], g.track, dtype=np.int64))
-            cols["iid"].append(np.where(is_begin, g.name_iid[idx], 0))
             zero = np.zeros(idx.shape[0], dtype=np.int64)
-            cols["corr"].append(
-                np.where(is_begin, g.correlation[idx], 0) if g.correlation is not None else zero
-            )
-            cols["flow"].append(
-                np.where(is_begin, g.flow[idx], 0).astype(np.uint64)
-                if g.flow is not None
-                else zero.astype(np.uint64)
-            )
-            cols["special"].append(
-                np.where(is_begin, g.special[idx], -1) if g.special is not None else zero - 1
-            )
-        if self.pending_names or self.first:
-            # interned names must precede their first use
-            self.w.write(self.packet())
-        if not cols["ts"]:
-            return
-        arr = {k: np.concatenate(v) for k, v in cols.items()}
-        for chunk in _chunks(arr["ts"].shape[0], 1 << 18):
-            self._emit_chunk({k: v[chunk] for k, v in arr.items()})
+            a = {
+                "ts": ts,
+                "type": types,
+                "track": np.full(idx.shape[0], g.track, dtype=np.int64),
+                "iid": np.where(is_begin, g.name_iid[idx], 0),
+                "corr": np.where(is_begin, g.correlation[idx], 0)
+                if g.correlation is not None
+                else zero,
+                "flow": (
+                    np.where(is_begin, g.flow[idx], 0).astype(np.uint64)
+                    if g.flow is not None
+                    else zero.astype(np.uint64)
+                ),
+                "special": np.where(is_begin, g.special[idx], -1)
+                if g.special is not None
+                else zero - 1,
+            }
+            extra = _pbenc.take(g.args, idx, is_begin) if g.args is not None else None
+            for chunk in _chunks(idx.shape[0], 1 << 18):
+                piece = None
+                if extra is not None:
+                    piece = _pbenc.Piece(extra.data[chunk], extra.lens[chunk])
+                self._emit_chunk({k: v[chunk] for k, v in a.items()}, piece)
 
-    def _emit_chunk(self, a: dict[str, np.ndarray]) -> None:
+    def _emit_chunk(self, a: dict[str, np.ndarray], extra: _pbenc.Piece | None) -> None:
         """Encode the chunk vectorised; splice protobuf packets in for rows with arguments."""
         blob, lens = _pbenc.track_event_packets(
             ts=a["ts"],
@@ -770,6 +902,7 @@ class _RankExport:
             name_iid=a["iid"],
             correlation=a["corr"],
             flow_id=a["flow"],
+            extra=extra if extra is not None and int(extra.lens.max()) else None,
         )
         positions = np.flatnonzero(a["special"] >= 0)
         if positions.shape[0] == 0:

@@ -221,3 +221,21 @@ def test_phase_and_cycle_args_carry_the_breakdown(run: tuple[Path, ReadBack]) ->
                 assert s.args["allreduce_ns"] == rows["allreduce_ns"].sum()
                 assert s.args["overhead_ns"] == rows["overhead_ns"].sum()
                 assert s.args["wall_ns"] == rows["wall_ns"].sum()
+
+
+@pytest.mark.slow
+def test_parallel_ranks_write_the_same_trace(tmp_path: Path) -> None:
+    # GIVEN a 3-rank run, written in this process and by 2 worker processes
+    make_run(tmp_path / "run", ranks=3, cycles=3)
+    one = read_back(write_perfetto(tmp_path / "run", tmp_path / "one.pftrace", flows=True, jobs=1))
+    two = read_back(write_perfetto(tmp_path / "run", tmp_path / "two.pftrace", flows=True, jobs=2))
+
+    def content(rb: ReadBack) -> Counter:
+        return Counter(
+            (rb.track_name(s.track), s.name, s.start, s.end, tuple(sorted(s.args.items())), tuple(s.flows))
+            for s in rb.slices
+        )
+
+    # THEN the same slices on the same tracks (the files differ only in packet order, if at all)
+    assert content(one) == content(two)
+    assert len(one.tracks) == len(two.tracks)

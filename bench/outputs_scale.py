@@ -1,0 +1,112 @@
+"""Outputs at scale: Perfetto export of ~4M events, and the HTML report of a 1,000-cycle 8-rank run.
+
+Prints the figures of docs/BENCHMARKS.md "Outputs". Synthetic run directories (tests/outputs_synth.py:
+per cycle and rank `tracekit/cycle`, draft and verify annotations, `aten::mm` ops, one
+`cudaLaunchKernel` a kernel, kernels on stream 7 with one overlapping pair a cycle, an NCCL
+allreduce, NVML counters) are written to a temporary directory first; only the export and
+the report are timed, each the median of --repeat runs.
+
+    python bench/outputs_scale.py [--events 4000000] [--repeat 3] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.outputs_synth import make_run  # noqa: E402
+from tracekit.export.perfetto import export  # noqa: E402
+from tracekit.report.html import write_report  # noqa: E402
+from tracekit.store.reader import read_table  # noqa: E402
+
+TARGET_EVENTS_PER_S = 1_000_000
+TARGET_REPORT_MB = 5.0
+TARGET_REPORT_S = 10.0
+
+
+def median_time(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=4_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--jobs", type=int, default=None, help="export worker processes (default: auto)"
+    )
+    args = ap.parse_args()
+    cpus = os.cpu_count()
+    print(f"machine: {cpus} CPUs, Python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="tk-bench-") as tmp:
+        root = Path(tmp)
+        # -- Perfetto export -------------------------------------------------------------------
+        ranks, nd, nv = 8, 10, 30
+        per_cycle = 3 + 3 * nd + 2 * nv
+        cycles = -(-args.events // (ranks * per_cycle))
+        run = root / "big"
+        t = time.perf_counter()
+        make_run(run, ranks=ranks, cycles=cycles, draft_kernels=nd, verify_kernels=nv)
+        n = read_table(run, "events").height
+        print(
+            f"generated {n:,} events ({ranks} ranks x {cycles:,} cycles) in {time.perf_counter() - t:.1f} s"
+        )
+        out = root / "big.pftrace"
+        rows = []
+        for jobs in sorted({1, args.jobs or min(ranks, cpus or 1)}):
+            stats = {}
+
+            def run_export(jobs: int = jobs, stats: dict = stats) -> None:
+                stats["s"] = export(run, out, jobs=jobs)
+
+            dt = median_time(run_export, args.repeat)
+            size = out.stat().st_size
+            rows.append((jobs, dt, n / dt, size, stats["s"]))
+        print()
+        print(
+            "| export | events | jobs | seconds (median) | events/s | file MB | bytes/event | target |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for jobs, dt, rate, size, s in rows:
+            ok = "met" if rate >= TARGET_EVENTS_PER_S else "NOT met"
+            print(
+                f"| perfetto | {n:,} | {jobs} | {dt:.2f} | {rate:,.0f} | {size / 1e6:.1f} | {size / n:.1f} | >= 1M/s: {ok} |"
+            )
+        print(f"(kernel lanes: {rows[0][4].kernel_lanes}, counter samples: {rows[0][4].counters})")
+
+        # -- HTML report ---------------------------------------------------------------------------
+        spec, base = root / "spec", root / "base"
+        make_run(spec, ranks=8, cycles=1000, graph=True)
+        make_run(base, ranks=8, cycles=1000, baseline=True)
+        print()
+        print("| report | ranks x cycles | seconds (median) | MB | target |")
+        print("|---|---|---|---|---|")
+        for label, kwargs in (
+            ("plain", {}),
+            ("--baseline", {"baseline": base}),
+            ("--cdn", {"cdn": True}),
+        ):
+            html = root / f"report-{label.strip('-')}.html"
+            dt = median_time(
+                lambda html=html, kwargs=kwargs: write_report(spec, html, **kwargs), args.repeat
+            )
+            mb = html.stat().st_size / 1e6
+            ok = "met" if mb < TARGET_REPORT_MB and dt < TARGET_REPORT_S else "NOT met"
+            print(f"| {label} | 8 x 1,000 | {dt:.2f} | {mb:.2f} | < 5 MB, < 10 s: {ok} |")
+
+
+if __name__ == "__main__":
+    main()
