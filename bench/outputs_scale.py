@@ -80,7 +80,7 @@ def main() -> None:
             "| export | events | jobs | seconds (median) | events/s | file MB | bytes/event | target |"
         )
         print("|---|---|---|---|---|---|---|---|")
-        for jobs, dt, rate, size, s in rows:
+        for jobs, dt, rate, size, _s in rows:
             ok = "met" if rate >= TARGET_EVENTS_PER_S else "NOT met"
             print(
                 f"| perfetto | {n:,} | {jobs} | {dt:.2f} | {rate:,.0f} | {size / 1e6:.1f} | {size / n:.1f} | >= 1M/s: {ok} |"
