@@ -33,25 +33,27 @@ if TYPE_CHECKING:
     from tracekit.collectors.phasemap import Site
     from tracekit.collectors.profiler import ProfileWindow
 
-# Raw record columns (the raw format; merge maps it to the `phases` / `cycles` tables).
+# Raw record columns (one row a wrapped call). Strings are coded: `code` indexes the site table
+# in `sites.json` (kind "phase" or "cycle", phase name, target), `parent` is the code of the
+# enclosing phase (-1 at depth 0). Merge decodes them into the `phases` / `cycles` tables.
 RAW_COLUMNS: tuple[str, ...] = (
-    "kind",  # "phase" or "cycle"
+    "code",
     "cycle",
-    "phase",
     "depth",
     "parent",
     "tid",
     "seq",
     "start_ns",
     "end_ns",
-    "gpu_start_ns",
-    "gpu_end_ns",
     "graph_replays",
     "accept_len",
     "ok",
-    "target",
+    "gpu_start_ns",
+    "gpu_end_ns",
 )
+N_ROW = 11  # columns held by a buffered row (the GPU times are kept aside)
 RECORDS_FILE = "records.arrow"
+SITES_FILE = "sites.json"
 PROCESS_FILE = "process.json"
 MANIFEST_FILE = "manifest.json"
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -60,25 +62,23 @@ _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 def raw_schema() -> Any:
     import pyarrow as pa
 
-    s = pa.string()
+    i32 = pa.int32()
     i64 = pa.int64()
     return pa.schema(
         [
-            ("kind", s),
+            ("code", i32),
             ("cycle", i64),
-            ("phase", s),
-            ("depth", pa.int32()),
-            ("parent", s),
+            ("depth", i32),
+            ("parent", i32),
             ("tid", i64),
             ("seq", i64),
             ("start_ns", i64),
             ("end_ns", i64),
-            ("gpu_start_ns", i64),
-            ("gpu_end_ns", i64),
-            ("graph_replays", pa.int32()),
+            ("graph_replays", i32),
             ("accept_len", pa.float64()),
             ("ok", pa.bool_()),
-            ("target", s),
+            ("gpu_start_ns", i64),
+            ("gpu_end_ns", i64),
         ]
     )
 
@@ -113,21 +113,8 @@ def _as_accept_len(value: object) -> float | None:
     return None
 
 
-class _Frame:
-    __slots__ = (
-        "cycle",
-        "depth",
-        "ev",
-        "is_cycle",
-        "is_phase",
-        "parent",
-        "replays",
-        "rf",
-        "rf_cycle",
-        "seq",
-        "site",
-        "start",
-    )
+# Frame: what enter() hands to exit(), a list for speed.
+_SITE, _CODE, _DEPTH, _PARENT, _START, _REPLAYS, _EV, _CYCLE, _SEQ, _CCODE, _RF, _RFC = range(12)
 
 
 class Recorder:
@@ -141,8 +128,9 @@ class Recorder:
         self.records = 0
         self.flushes = 0
         self._seq = 0
-        self._buf: list[list[Any]] = []
-        self._gpu_pending: list[tuple[list[Any], Any, Any]] = []
+        self._buf: list[tuple[Any, ...]] = []
+        self._gpu_pending: list[tuple[int, Any, Any]] = []
+        self._gpu_done: dict[int, tuple[int, int]] = {}
         self._lock = threading.RLock()
         self._loc = threading.local()
         self._flush_ns = int(config.flush_seconds * 1e9)
@@ -151,7 +139,6 @@ class Recorder:
         self._fd: int | None = None
         self._schema: Any = None
         self._nvtx: Any = None
-        self._nvtx_attrs: dict[str, Any] = {}
         self._nvtx_ready = False
         self._is_compiling: Callable[[], bool] | None = None
         self._cuda: Any = None
@@ -160,6 +147,12 @@ class Recorder:
         self._failed = False
         self._rank_info: dict[str, Any] = {}
         self._manifest_written = False
+        # site codes: id(site) -> code; table written to sites.json before a batch uses them
+        self._codes: dict[int, int] = {}
+        self._cycle_codes: dict[int, int] = {}
+        self._sites: list[dict[str, Any]] = []
+        self._nvtx_attrs: list[Any] = []
+        self._sites_written = 0
         self.profile: ProfileWindow | None = None
         self.patched: list[str] = []
         self.unresolved: dict[str, str] = {}
@@ -212,7 +205,7 @@ class Recorder:
         cuda = self._cuda
         return bool(cuda._initialized and cuda.is_current_stream_capturing())
 
-    # -- hot path --------------------------------------------------------------------------
+    # -- site codes ------------------------------------------------------------------------
     def _init_nvtx(self) -> None:
         self._nvtx_ready = True
         try:
@@ -222,14 +215,21 @@ class Recorder:
         except Exception:
             self._nvtx = None
 
-    def _attrs(self, name: str) -> Any:
-        attrs = self._nvtx_attrs.get(name)
-        if attrs is None:
-            attrs = self._nvtx.get_event_attributes(message=name, category=name)
-            self._nvtx_attrs[name] = attrs
-        return attrs
+    def _new_code(self, site: Site, kind: str) -> int:
+        with self._lock:
+            name = site.phase if kind == "phase" else "cycle"
+            code = len(self._sites)
+            self._sites.append(
+                {"code": code, "kind": kind, "phase": name, "target": str(site.target)}
+            )
+            attrs = None
+            if self._nvtx is not None:
+                attrs = self._nvtx.get_event_attributes(message=name, category=name)
+            self._nvtx_attrs.append(attrs)
+            (self._codes if kind == "phase" else self._cycle_codes)[id(site)] = code
+            return code
 
-    def _thread_stack(self) -> list[str]:
+    def _thread_stack(self) -> list[int]:
         loc = self._loc
         loc.stack = []
         loc.tid = threading.get_native_id()
@@ -238,139 +238,156 @@ class Recorder:
         loc.internal = False
         return loc.stack  # type: ignore[no-any-return]
 
-    def enter(self, site: Site) -> _Frame | None:
+    # -- hot path --------------------------------------------------------------------------
+    def enter(self, site: Site) -> list[Any] | None:
+        """Start a record; None means: pass straight through (tracekit's own call, torch.compile
+        tracing, CUDA graph capture, or a recorder failure)."""
         try:
+            # First, before touching anything else: torch.compile traces this code too.
+            comp = self._is_compiling
+            if comp is None and "torch" in sys.modules:
+                self._probe_torch()
+                comp = self._is_compiling
+            cuda_on = False
+            if comp is not None:
+                if comp():
+                    return None
+                cuda = self._cuda
+                cuda_on = cuda._initialized
+                if cuda_on and cuda.is_current_stream_capturing():
+                    return None
             loc = self._loc
-            stack: list[str] | None = getattr(loc, "stack", None)
-            if stack is None:
+            try:
+                stack = loc.stack
+            except AttributeError:
                 stack = self._thread_stack()
             if loc.internal:
-                return None  # tracekit's own work (writing its files) is never recorded
+                return None
             if not self._nvtx_ready:
                 self._init_nvtx()
-            fr = _Frame()
-            fr.site = site
-            fr.is_cycle = False
-            fr.rf = None
-            fr.rf_cycle = None
+            nv = self._nvtx
+            prof = self.profile
+            fr: list[Any] = [site, -1, 0, -1, 0, 0, None, 0, 0, -1, None, None]
             if site.cycle and not loc.in_cycle:
                 loc.in_cycle = True
-                fr.is_cycle = True
+                ccode = self._cycle_codes.get(id(site))
+                if ccode is None:
+                    ccode = self._new_code(site, "cycle")
+                fr[_CCODE] = ccode
                 self.cycle += 1
-                if self.profile is not None:
-                    fr.rf_cycle = self.profile.cycle_start(self.cycle, "tracekit/cycle")
-                if self._nvtx is not None:
-                    self._nvtx.push_range(self._attrs("cycle"))
-            phase = site.phase
-            fr.is_phase = phase is not None
+                if prof is not None:
+                    fr[_RFC] = prof.cycle_start(self.cycle, "tracekit/cycle")
+                if nv is not None:
+                    nv.push_range(self._nvtx_attrs[ccode])
             depth = len(stack)
-            fr.depth = depth
-            if phase is not None:
-                if site.starts_cycle and depth == 0 and not loc.in_cycle:
+            fr[_DEPTH] = depth
+            if site.phase is not None:
+                code = self._codes.get(id(site))
+                if code is None:
+                    code = self._new_code(site, "phase")
+                fr[_CODE] = code
+                if depth:
+                    fr[_PARENT] = stack[-1]
+                elif site.starts_cycle and not loc.in_cycle:
                     self.cycle += 1
-                    if self.profile is not None:
-                        self.profile.cycle_start(self.cycle, None)
-                fr.parent = stack[-1] if depth else None
-                stack.append(phase)
-                if self._nvtx is not None:
-                    self._nvtx.push_range(self._attrs(phase))
-                if self.profile is not None and self.profile.active:
-                    fr.rf = self.profile.range(f"tracekit/{phase}")
-            fr.cycle = self.cycle
+                    if prof is not None:
+                        prof.cycle_start(self.cycle, None)
+                stack.append(code)
+                if nv is not None:
+                    nv.push_range(self._nvtx_attrs[code])
+                if prof is not None and prof.active:
+                    fr[_RF] = prof.range(f"tracekit/{site.phase}")
+            fr[_CYCLE] = self.cycle
             self._seq += 1
-            fr.seq = self._seq
-            fr.replays = loc.replays
-            cuda = self._cuda
-            fr.ev = (
-                self._gpu_mark()
-                if (cuda is not None and cuda._initialized and depth == 0)
-                else None
-            )
-            fr.start = time.time_ns()
+            fr[_SEQ] = self._seq
+            fr[_REPLAYS] = loc.replays
+            if cuda_on and depth == 0:
+                fr[_EV] = self._gpu_mark()
+            fr[_START] = time.time_ns()
             return fr
         except Exception as exc:
             self.fail("enter", exc)
             return None
 
-    def exit(self, fr: _Frame | None, ok: bool, result: object) -> None:
+    def exit(self, fr: list[Any] | None, ok: bool, result: object) -> None:
         if fr is None:
             return
         try:
             end = time.time_ns()
             loc = self._loc
-            ev_end = self._gpu_mark() if fr.ev is not None else None
-            replays = loc.replays - fr.replays
-            site = fr.site
-            if fr.is_phase:
-                if fr.rf is not None:
-                    self.profile.range_exit(fr.rf)  # type: ignore[union-attr]
-                if self._nvtx is not None:
-                    self._nvtx.pop_range()
+            ev = fr[_EV]
+            ev_end = self._gpu_mark() if ev is not None else None
+            replays = loc.replays - fr[_REPLAYS]
+            site = fr[_SITE]
+            nv = self._nvtx
+            buf = self._buf
+            code = fr[_CODE]
+            if code >= 0:
+                if fr[_RF] is not None:
+                    self.profile.range_exit(fr[_RF])  # type: ignore[union-attr]
+                if nv is not None:
+                    nv.pop_range()
                 loc.stack.pop()
                 acc = None
                 if ok and site.accept_len is not None:
                     acc = self._accept(result, site.accept_len)
-                rec = [
-                    "phase",
-                    fr.cycle,
-                    site.phase,
-                    fr.depth,
-                    fr.parent,
-                    loc.tid,
-                    fr.seq,
-                    fr.start,
-                    end,
-                    None,
-                    None,
-                    replays,
-                    acc,
-                    ok,
-                    str(site.target),
-                ]
-                self._buf.append(rec)
+                seq = fr[_SEQ]
+                buf.append(
+                    (
+                        code,
+                        fr[_CYCLE],
+                        fr[_DEPTH],
+                        fr[_PARENT],
+                        loc.tid,
+                        seq,
+                        fr[_START],
+                        end,
+                        replays,
+                        acc,
+                        ok,
+                    )
+                )
                 if ev_end is not None:
-                    self._gpu_pending.append((rec, fr.ev, ev_end))
-            if fr.is_cycle:
+                    self._gpu_pending.append((seq, ev, ev_end))
+                    ev = None
+            ccode = fr[_CCODE]
+            if ccode >= 0:
                 loc.in_cycle = False
-                if self._nvtx is not None:
-                    self._nvtx.pop_range()
+                if nv is not None:
+                    nv.pop_range()
                 acc = None
                 if ok and site.cycle_accept_len is not None:
                     acc = self._accept(result, site.cycle_accept_len)
-                crec = [
-                    "cycle",
-                    fr.cycle,
-                    None,
-                    fr.depth,
-                    None,
-                    loc.tid,
-                    fr.seq,
-                    fr.start,
-                    end,
-                    None,
-                    None,
-                    replays,
-                    acc,
-                    ok,
-                    str(site.target),
-                ]
-                self._buf.append(crec)
-                if ev_end is not None and not fr.is_phase:
-                    self._gpu_pending.append((crec, fr.ev, ev_end))
+                seq = fr[_SEQ] if code < 0 else -fr[_SEQ]  # a site both phase and cycle: two rows
+                buf.append(
+                    (
+                        ccode,
+                        fr[_CYCLE],
+                        fr[_DEPTH],
+                        -1,
+                        loc.tid,
+                        seq,
+                        fr[_START],
+                        end,
+                        replays,
+                        acc,
+                        ok,
+                    )
+                )
+                if ev is not None:
+                    self._gpu_pending.append((seq, ev, ev_end))
                 if self.profile is not None:
-                    self.profile.cycle_end(fr.cycle, fr.rf_cycle)
+                    self.profile.cycle_end(fr[_CYCLE], fr[_RFC])
             self.records += 1
             # Flush between cycles (not inside one, where it would add to the cycle's time),
             # unless the buffer keeps growing inside a very long cycle.
-            n = len(self._buf)
-            if fr.depth == 0 and (
-                (
+            if fr[_DEPTH] == 0:
+                n = len(buf)
+                if (
                     not loc.in_cycle
                     and (n >= self._flush_n or end - self._last_flush >= self._flush_ns)
-                )
-                or n >= 4 * self._flush_n
-            ):
-                self.flush()
+                ) or (n >= 4 * self._flush_n):
+                    self.flush()
         except Exception as exc:
             self.fail("exit", exc)
 
@@ -406,15 +423,17 @@ class Recorder:
         if not self._gpu_pending or self._gpu_ref is None:
             return
         ref, ref_ns = self._gpu_ref
-        keep: list[tuple[list[Any], Any, Any]] = []
-        for rec, ev0, ev1 in self._gpu_pending:
+        keep: list[tuple[int, Any, Any]] = []
+        for seq, ev0, ev1 in self._gpu_pending:
             if wait:
                 ev1.synchronize()
             elif not ev1.query():
-                keep.append((rec, ev0, ev1))
+                keep.append((seq, ev0, ev1))
                 continue
-            rec[9] = ref_ns + round(ref.elapsed_time(ev0) * 1e6)
-            rec[10] = ref_ns + round(ref.elapsed_time(ev1) * 1e6)
+            self._gpu_done[seq] = (
+                ref_ns + round(ref.elapsed_time(ev0) * 1e6),
+                ref_ns + round(ref.elapsed_time(ev1) * 1e6),
+            )
             self._event_pool.append(ev0)
             self._event_pool.append(ev1)
         self._gpu_pending = keep
@@ -427,7 +446,25 @@ class Recorder:
         self._schema = raw_schema()
         path = self.dir / RECORDS_FILE
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        _write_all(self._fd, self._schema.serialize().to_pybytes())
+        os.write(self._fd, self._schema.serialize().to_pybytes())
+
+    def _batch(self, rows: list[tuple[Any, ...]]) -> bytes:
+        import pyarrow as pa
+
+        schema = self._schema
+        cols = list(zip(*rows))
+        arrays = [pa.array(cols[i], type=schema.field(i).type) for i in range(N_ROW)]
+        done = self._gpu_done
+        if done:
+            g0 = [done.get(abs(seq), (None, None))[0] for seq in cols[5]]
+            g1 = [done.get(abs(seq), (None, None))[1] for seq in cols[5]]
+            for seq in cols[5]:
+                done.pop(abs(seq), None)
+            arrays += [pa.array(g0, pa.int64()), pa.array(g1, pa.int64())]
+        else:
+            arrays += [pa.nulls(len(rows), pa.int64()), pa.nulls(len(rows), pa.int64())]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
 
     def flush(self, *, final: bool = False) -> None:
         """Write buffered records whose GPU times are known (all of them when `final`)."""
@@ -435,29 +472,24 @@ class Recorder:
             try:
                 self._last_flush = time.time_ns()
                 self._resolve_gpu(wait=final)
-                pending = {id(rec) for rec, _, _ in self._gpu_pending}
-                if pending:
-                    ready = [r for r in self._buf if id(r) not in pending]
-                    self._buf = [r for r in self._buf if id(r) in pending]
+                if self._gpu_pending:
+                    pending = {seq for seq, _, _ in self._gpu_pending}
+                    ready = [r for r in self._buf if r[5] not in pending]
+                    self._buf = [r for r in self._buf if r[5] in pending]
                 else:
                     ready, self._buf = self._buf, []
-                if ready or final or self._fd is None:
-                    if self._fd is None:
-                        self._open()
-                    if ready:
-                        import pyarrow as pa
-
-                        cols = list(zip(*ready))
-                        batch = pa.RecordBatch.from_arrays(
-                            [pa.array(c, type=f.type) for c, f in zip(cols, self._schema)],
-                            schema=self._schema,
-                        )
-                        _write_all(self._fd, batch.serialize().to_pybytes())  # type: ignore[arg-type]
-                        self.flushes += 1
-                    if final:
-                        _write_all(self._fd, _EOS)  # type: ignore[arg-type]
-                        os.close(self._fd)  # type: ignore[arg-type]
-                        self._fd = -1
+                if self._fd is None:
+                    self._open()
+                if len(self._sites) > self._sites_written:
+                    _write_json(self.dir / SITES_FILE, {"sites": self._sites})
+                    self._sites_written = len(self._sites)
+                if ready:
+                    os.write(self._fd, self._batch(ready))  # type: ignore[arg-type]
+                    self.flushes += 1
+                if final:
+                    os.write(self._fd, _EOS)  # type: ignore[arg-type]
+                    os.close(self._fd)  # type: ignore[arg-type]
+                    self._fd = -1
                 self._update_rank()
                 if not self._manifest_written or final:
                     self._write_manifest()
@@ -513,22 +545,19 @@ class Recorder:
 
     def _write_process(self, **extra: Any) -> None:
         with self._internal():
-            self._write_process_unguarded(**extra)
-
-    def _write_process_unguarded(self, **extra: Any) -> None:
-        data = dict(self.process_info)
-        data.update(
-            pid=self.pid,
-            rank_info=self._rank_info,
-            records=self.records,
-            flushes=self.flushes,
-            finished=self.finished,
-            patched=self.patched,
-            unresolved=self.unresolved,
-            active=self.active,
-        )
-        data.update(extra)
-        _write_json(self.dir / PROCESS_FILE, data)
+            data = dict(self.process_info)
+            data.update(
+                pid=self.pid,
+                rank_info=self._rank_info,
+                records=self.records,
+                flushes=self.flushes,
+                finished=self.finished,
+                patched=self.patched,
+                unresolved=self.unresolved,
+                active=self.active,
+            )
+            data.update(extra)
+            _write_json(self.dir / PROCESS_FILE, data)
 
     def close(self) -> None:
         """Final flush at process exit (atexit, multiprocessing finalizers, SIGTERM)."""
@@ -543,29 +572,25 @@ class Recorder:
         if self._failed:
             return
         if self.records == 0 and self._fd is None:
-            try:
-                self._write_process(end_ns=time.time_ns())
-            except OSError:
-                pass  # disk full at exit: nothing was recorded, nothing is lost
+            self._write_process(end_ns=time.time_ns())
             return
         self.flush(final=True)
         if not self._failed:
-            try:
-                self._write_process(end_ns=time.time_ns())
-            except Exception as exc:
-                self.fail("close", exc)
+            self._write_process(end_ns=time.time_ns())
 
     def after_fork(self) -> None:
         """In a forked child: start a fresh record stream of its own (the parent keeps its)."""
         self.pid = os.getpid()
         self._buf = []
         self._gpu_pending = []
+        self._gpu_done = {}
         if self._fd is not None and self._fd >= 0:
             try:
                 os.close(self._fd)
             except OSError:
                 pass
         self._fd = None
+        self._sites_written = 0
         self._lock = threading.RLock()
         self._loc = threading.local()
         self.records = 0
@@ -577,11 +602,19 @@ class Recorder:
         self._write_process()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """`os.write` until all is written: a nearly full disk takes part, then raises ENOSPC."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Raw rows with their site codes resolved: kind, phase, parent (name), target."""
+    by_code = {int(s["code"]): s for s in sites}
+    rows = table.to_pylist()
+    for r in rows:
+        site = by_code.get(r["code"], {"kind": "phase", "phase": f"code{r['code']}", "target": ""})
+        r["kind"] = site["kind"]
+        r["phase"] = site["phase"] if site["kind"] == "phase" else None
+        r["target"] = site["target"]
+        parent = by_code.get(r["parent"]) if r["parent"] is not None and r["parent"] >= 0 else None
+        r["parent"] = parent["phase"] if parent else None
+        r["seq"] = abs(r["seq"])
+    return rows
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -22,11 +22,13 @@ WRAPPED_MARK = "__tracekit_site__"
 
 
 class Hooks(Protocol):
-    """What a wrapper calls; implemented by `tracekit.collectors.recorder.Recorder`."""
+    """What a wrapper calls; implemented by `tracekit.collectors.recorder.Recorder`.
+
+    `enter` returns None to let the call pass straight through (CUDA graph capture,
+    torch.compile tracing, tracekit's own calls, a disabled recorder).
+    """
 
     active: bool
-
-    def bypass(self) -> bool: ...
 
     def enter(self, site: Site) -> Any: ...
 
@@ -39,9 +41,11 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
 
         @functools.wraps(fn)
         async def awrapper(*args: Any, **kwargs: Any) -> Any:
-            if not hooks.active or hooks.bypass():
+            if not hooks.active:
                 return await fn(*args, **kwargs)
             frame = hooks.enter(site)
+            if frame is None:
+                return await fn(*args, **kwargs)
             try:
                 result = await fn(*args, **kwargs)
             except BaseException:
@@ -53,17 +57,22 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
         setattr(awrapper, WRAPPED_MARK, site)
         return awrapper
 
+    enter = hooks.enter
+    leave = hooks.exit
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not hooks.active or hooks.bypass():
+        if not hooks.active:
             return fn(*args, **kwargs)
-        frame = hooks.enter(site)
+        frame = enter(site)
+        if frame is None:
+            return fn(*args, **kwargs)
         try:
             result = fn(*args, **kwargs)
         except BaseException:
-            hooks.exit(frame, False, None)
+            leave(frame, False, None)
             raise
-        hooks.exit(frame, True, result)
+        leave(frame, True, result)
         return result
 
     setattr(wrapper, WRAPPED_MARK, site)

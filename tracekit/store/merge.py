@@ -37,7 +37,7 @@ class ProcessData:
     dir: Path
     info: dict[str, Any]
     manifest: dict[str, dict[str, str]]
-    records: pa.Table | None
+    records: list[dict[str, Any]]
     complete: bool  # record stream ended with its end-of-stream marker
     read_error: str | None = None
     rank: int | None = None
@@ -46,7 +46,7 @@ class ProcessData:
 
     @property
     def n_records(self) -> int:
-        return 0 if self.records is None else self.records.num_rows
+        return len(self.records)
 
 
 @dataclass
@@ -102,7 +102,13 @@ def _load_json(path: Path) -> dict[str, Any]:
 
 def read_processes(raw: Path) -> list[ProcessData]:
     from tracekit.collectors.profiler import KINETO_FILE
-    from tracekit.collectors.recorder import MANIFEST_FILE, PROCESS_FILE, RECORDS_FILE
+    from tracekit.collectors.recorder import (
+        MANIFEST_FILE,
+        PROCESS_FILE,
+        RECORDS_FILE,
+        SITES_FILE,
+        decode,
+    )
 
     out = []
     for d in sorted(raw.glob("pid-*"), key=lambda p: p.name):
@@ -113,10 +119,12 @@ def read_processes(raw: Path) -> list[ProcessData]:
         info = _load_json(d / PROCESS_FILE)
         manifest = _load_json(d / MANIFEST_FILE)
         rec_path = d / RECORDS_FILE
+        records: list[dict[str, Any]] = []
+        complete, err = False, None
         if rec_path.exists():
             table, complete, err = read_stream(rec_path)
-        else:
-            table, complete, err = None, False, None
+            if table is not None and table.num_rows:
+                records = decode(table, _load_json(d / SITES_FILE).get("sites", []))
         kineto = d / KINETO_FILE
         out.append(
             ProcessData(
@@ -124,7 +132,7 @@ def read_processes(raw: Path) -> list[ProcessData]:
                 dir=d,
                 info=info,
                 manifest={k: v for k, v in manifest.items() if isinstance(v, dict)},
-                records=table,
+                records=records,
                 complete=complete,
                 read_error=err,
                 kineto=kineto if kineto.exists() else None,
@@ -164,9 +172,9 @@ def _world_size(procs: list[ProcessData]) -> int | None:
 
 
 def _phases_and_cycles(
-    records: pa.Table, pmap_cycle: dict[str, Any]
+    records: list[dict[str, Any]], pmap_cycle: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    rows = records.to_pylist()
+    rows = list(records)
     rows.sort(key=lambda r: (r["start_ns"], r["seq"]))
     phase_rows = [r for r in rows if r["kind"] == "phase"]
     cycle_rows = [r for r in rows if r["kind"] == "cycle"]
@@ -321,11 +329,7 @@ def merge(run_dir: Path | str) -> MergeResult:
 
     for rank in sorted(by_rank):
         group = by_rank[rank]
-        recs = [
-            p.records.append_column("pid", pa.array([p.pid] * p.n_records, pa.int64()))
-            for p in group
-            if p.n_records
-        ]
+        recs = [dict(r, pid=p.pid) for p in group for r in p.records]
         for p in group:
             if p.n_records and (not p.complete or not p.info.get("finished")):
                 why = p.read_error or "the process did not finish (killed?)"
@@ -335,8 +339,7 @@ def merge(run_dir: Path | str) -> MergeResult:
                 if rank not in result.partial_ranks:
                     result.partial_ranks.append(rank)
         if recs:
-            records = pa.concat_tables(recs)
-            phases, cycles = _phases_and_cycles(records, cycle_cfg)
+            phases, cycles = _phases_and_cycles(recs, cycle_cfg)
             write_partition(run_dir, "phases", rank, pa.Table.from_pylist(phases))
             write_partition(
                 run_dir,

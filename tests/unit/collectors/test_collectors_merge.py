@@ -33,18 +33,18 @@ require = "draft"
 def rec(
     kind: str, cycle: int, phase: str | None, start: int, end: int, **kw: Any
 ) -> dict[str, Any]:
-    row = dict.fromkeys(RAW_COLUMNS)
+    row: dict[str, Any] = dict.fromkeys(RAW_COLUMNS)
     row.update(
         kind=kind,
-        cycle=cycle,
         phase=phase,
+        cycle=cycle,
         depth=0,
+        parent=None,
         tid=1,
         start_ns=start,
         end_ns=end,
         graph_replays=0,
         ok=True,
-        target="m:x",
     )
     row.update(kw)
     return row
@@ -60,6 +60,7 @@ def write_proc(
     finished: bool = True,
     manifest: dict[str, Any] | None = None,
 ) -> None:
+    """A process directory as the recorder writes it: coded rows + sites.json."""
     d = raw / f"pid-{pid}"
     d.mkdir(parents=True)
     info: dict[str, Any] = {}
@@ -67,8 +68,25 @@ def write_proc(
         info["dist_rank"] = rank
     if world is not None:
         info["dist_world_size"] = world
+    sites: dict[tuple[str, str | None], int] = {}
+    coded = []
     for i, r in enumerate(rows):
-        r["seq"] = i
+        key = (r["kind"], r["phase"] if r["kind"] == "phase" else "cycle")
+        code = sites.setdefault(key, len(sites))
+        parent = -1 if r["parent"] is None else sites.setdefault(("phase", r["parent"]), len(sites))
+        row = {k: r.get(k) for k in RAW_COLUMNS}
+        row.update(code=code, parent=parent, seq=i)
+        coded.append(row)
+    (d / "sites.json").write_text(
+        json.dumps(
+            {
+                "sites": [
+                    {"code": c, "kind": k, "phase": p, "target": f"m:{p}"}
+                    for (k, p), c in sites.items()
+                ]
+            }
+        )
+    )
     (d / "process.json").write_text(
         json.dumps(
             {
@@ -87,8 +105,8 @@ def write_proc(
     )
     schema = raw_schema()
     data = schema.serialize().to_pybytes()
-    if rows:
-        data += pa.RecordBatch.from_pylist(rows, schema=schema).serialize().to_pybytes()
+    if coded:
+        data += pa.RecordBatch.from_pylist(coded, schema=schema).serialize().to_pybytes()
     if finished:
         data += EOS
     (d / "records.arrow").write_bytes(data)

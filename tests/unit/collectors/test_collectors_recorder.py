@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -7,7 +8,14 @@ from typing import Any
 
 import pytest
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, Recorder, RecorderConfig, _as_accept_len
+from tracekit.collectors.recorder import (
+    RECORDS_FILE,
+    SITES_FILE,
+    Recorder,
+    RecorderConfig,
+    _as_accept_len,
+    decode,
+)
 from tracekit.collectors.wrappers import make_wrapper
 
 from tracekit.store.merge import read_stream
@@ -49,7 +57,8 @@ def _records(rec: Recorder) -> list[dict[str, Any]]:
     table, _complete, err = read_stream(rec.dir / RECORDS_FILE)
     assert err is None
     assert table is not None
-    return table.to_pylist()
+    sites = json.loads((rec.dir / SITES_FILE).read_text())["sites"] if table.num_rows else []
+    return decode(table, sites)
 
 
 def test_records_phases_cycles_depth_parent_accept_len(tmp_path: Path) -> None:

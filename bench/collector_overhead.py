@@ -1,0 +1,154 @@
+"""Collector overhead: what light mode adds per wrapped call, and to the demo's cycle.
+
+Figures for docs/BENCHMARKS.md, "Collector overhead".
+
+1. CPU, per call (budget: 2 µs): a trivial function called N times unwrapped, then wrapped by a
+   light-mode recorder that writes to a temporary run directory (NVTX domain cached when the
+   `nvtx` package is installed). Measured before and after `import torch` (with torch loaded
+   every call also asks `torch.compiler.is_compiling()`), for a top-level phase and for a phase
+   nested in a cycle. Median of `--repeat` runs.
+2. Demo cycle (`--demo`; budget on a GPU: 1% of the cycle): `python -m tracekit.demo` with and
+   without `tracekit launch`, alternated `--demo-runs` times; the demo's own median step time.
+
+Usage:
+    python bench/collector_overhead.py                      # CPU per-call figures
+    python bench/collector_overhead.py --demo --device cuda --ranks 1 --cycles 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tracekit.collectors.phasemap import Site, Target
+from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.wrappers import make_wrapper
+
+
+def _f(x: int) -> int:
+    return x
+
+
+def _loop(fn: Any, n: int) -> float:
+    t0 = time.perf_counter_ns()
+    for i in range(n):
+        fn(i)
+    return (time.perf_counter_ns() - t0) / n
+
+
+def per_call(n: int, repeat: int, *, nested: bool) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = Recorder(
+            RecorderConfig(raw_dir=Path(tmp) / "raw", flush_records=10_000, flush_seconds=1.0)
+        )
+        wrapped = make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
+        call = wrapped
+        if nested:
+            # the phase runs inside an open cycle-target call: depth 1, no flush between calls
+            cyc = make_wrapper(lambda: None, Site(Target("bench", "step"), cycle=True), rec)
+            fr = rec.enter(cyc.__tracekit_site__)  # type: ignore[attr-defined]
+        plain, wrap = [], []
+        for _ in range(repeat):
+            plain.append(_loop(_f, n))
+            wrap.append(_loop(call, n))
+        if nested:
+            rec.exit(fr, True, None)
+        rec.close()
+    p, w = statistics.median(plain), statistics.median(wrap)
+    return {"plain_ns": p, "wrapped_ns": w, "overhead_ns": w - p}
+
+
+def demo_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    demo = [sys.executable, "-m", "tracekit.demo", "--device", args.device, "--ranks", str(args.ranks),
+            "--cycles", str(args.cycles), "--verify-mode", args.verify_mode, "-q"]  # fmt: skip
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.demo_runs):
+            for traced in (False, True):
+                result = Path(tmp) / f"r{i}{int(traced)}.json"
+                cmd = [*demo, "--result", str(result)]
+                if traced:
+                    cmd = [sys.executable, "-m", "tracekit", "launch", "--adapter", "demo", "--out", tmp,
+                           "--name", f"run{i}", "--", *cmd]  # fmt: skip
+                env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}
+                subprocess.run(cmd, check=True, env=env, capture_output=True, text=True)
+                data = json.loads(result.read_text())
+                out.append({"traced": traced, **data})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--calls", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--demo", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--cycles", type=int, default=100)
+    ap.add_argument("--verify-mode", default="extend")
+    ap.add_argument("--demo-runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    args = ap.parse_args()
+
+    try:
+        import nvtx  # noqa: F401
+
+        nvtx_note = "nvtx installed (no tool attached: dummy domain)"
+    except ImportError:
+        nvtx_note = "nvtx not installed"
+    rows = []
+    for torch_loaded in (False, True):
+        if torch_loaded:
+            import torch  # noqa: F401
+        for nested in (False, True):
+            r = per_call(args.calls, args.repeat, nested=nested)
+            rows.append({"torch_imported": torch_loaded, "nested_in_cycle": nested, **r})
+    report: dict[str, Any] = {"python": sys.version.split()[0], "nvtx": nvtx_note, "per_call": rows}
+    if args.demo:
+        runs = demo_runs(args)
+        report["demo"] = runs
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"Python {report['python']}, {nvtx_note}; {args.calls} calls x {args.repeat}, median")
+    print("| torch imported | phase | unwrapped ns/call | wrapped ns/call | overhead µs/call |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        where = "nested in a cycle" if r["nested_in_cycle"] else "top level"
+        print(
+            f"| {'yes' if r['torch_imported'] else 'no'} | {where} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} |"
+        )
+    if args.demo:
+
+        def key(d: dict[str, Any]) -> float:
+            for k in ("step_ms_p50", "cycle_ms_p50", "step_p50_ms"):
+                if k in d:
+                    return float(d[k])
+            raise KeyError(f"no step time in the demo's result: {sorted(d)}")
+
+        plain = [key(r) for r in report["demo"] if not r["traced"]]
+        traced = [key(r) for r in report["demo"] if r["traced"]]
+        p, t = statistics.median(plain), statistics.median(traced)
+        print()
+        print(
+            f"Demo {args.device}, {args.ranks} rank(s), {args.cycles} cycles, verify {args.verify_mode}, {args.demo_runs} alternated runs"
+        )
+        print("| run | step p50 ms (each run) | median |")
+        print("|---|---|---|")
+        print(f"| plain | {', '.join(f'{x:.3f}' for x in plain)} | {p:.3f} |")
+        print(f"| tracekit launch (light) | {', '.join(f'{x:.3f}' for x in traced)} | {t:.3f} |")
+        print(f"overhead: {100 * (t - p) / p:+.2f}% of the cycle")
+
+
+if __name__ == "__main__":
+    main()
