@@ -58,3 +58,19 @@ def test_tp4_logits_equal_tp1(tmp_path: Path) -> None:
         # AND speculative decoding makes the same tokens and cycles on every rank
         assert got["output"] == single["output"]
         assert got["accept"] == single["accept"]
+
+
+def _fail_on_rank_1(rank: int) -> None:
+    if rank == 1:
+        msg = "rank 1 breaks"
+        raise RuntimeError(msg)
+    # rank 0 waits in a collective for rank 1, which never comes: it must be terminated
+    TensorParallelGroup.from_default_group().all_reduce(torch.zeros(1))
+
+
+@pytest.mark.slow
+def test_a_failing_rank_stops_the_others_and_is_named() -> None:
+    from tracekit.demo.server import RankFailedError
+
+    with pytest.raises(RankFailedError, match=r"rank [01] of 2 exited with code 1"):
+        spawn_ranks(_fail_on_rank_1, 2, (), backend="gloo")
