@@ -128,7 +128,8 @@ def join(pieces: list[Piece]) -> bytes:
     mask = np.concatenate(
         [np.arange(p.data.shape[1])[None, :] < p.lens[:, None] for p in pieces], axis=1
     )
-    return data[mask].tobytes()
+    out: bytes = data[mask].tobytes()
+    return out
 
 
 def compact(pieces: list[Piece]) -> Piece:

@@ -622,7 +622,7 @@ class _RankExport:
         }
         for k in present:
             col = top[k]
-            kind = kinds.get(col.dtype.base_type(), "int")  # type: ignore[call-overload]
+            kind = kinds.get(col.dtype.base_type(), "int")
             if kind == "double":
                 cols[k] = (kind, col.cast(pl.Float64).fill_null(float("nan")).to_list())
             elif kind == "string":

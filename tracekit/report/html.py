@@ -358,6 +358,7 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
         )
     )
     notes = []
+    lead = _lead(sm, bd)
     if sm.get("approximate"):
         notes.append(
             "Light-mode run: the breakdown comes from CUDA-event spans per phase, not from kernels (approximate)."
@@ -380,7 +381,8 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
         for p, v in sorted(sm["phases"].items())
     ]
     s.body = (
-        "<div class=cards>"
+        f"<p class=lead>{esc(lead)}</p>"
+        + "<div class=cards>"
         + "".join(cards)
         + "</div>"
         + "".join(f"<p class=note>{esc(n)}</p>" for n in notes)
@@ -399,6 +401,24 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
         )
     )
     return s
+
+
+def _lead(sm: dict[str, Any], bd: pl.DataFrame) -> str:
+    """One sentence: the cycle, its phases by size, and where the device time went."""
+    import polars as pl
+
+    phases = sorted(sm["phases"].items(), key=lambda kv: -(kv[1]["wall_ms_p50"] or 0))
+    parts = ", ".join(f"{p} {fmt(v['wall_ms_p50'], 1)} ms" for p, v in phases)
+    top = bd.filter(pl.col("cycle") >= 0)
+    total = int(top["wall_ns"].sum() or 0)
+    text = f"Cycle p50 {fmt(sm['cycle_ms_p50'], 1)} ms; phase p50s: {parts}."
+    if total:
+        shares = {label: 100.0 * int(top[col].sum()) / total for label, col, _ in COMPONENTS}
+        text += (
+            f" Of the device time, {shares['forward']:.0f} % is forward compute, "
+            f"{shares['allreduce']:.0f} % allreduce and {shares['overhead']:.0f} % overhead (idle)."
+        )
+    return text
 
 
 def _over_time(run: _Run) -> Section:
@@ -822,7 +842,7 @@ def _manifest(run: _Run) -> Section:
     differ, expected, same = [], [], []
     for (section, key), per in sorted(values.items()):
         vals = [per.get(r) for r in ranks]
-        row: list[object] = [section, key] + [_clip(v) for v in vals]
+        row: list[object] = [section, key, *(_clip(v) for v in vals)]
         if len(set(vals)) <= 1:
             same.append(row)
         elif (section, key) in PER_RANK_KEYS or section == "trace":

@@ -195,3 +195,23 @@ def test_cli_default_path_and_refusals(runs: tuple[Path, Path], tmp_path: Path) 
     r = CliRunner().invoke(cli, ["report", str(tmp_path / "nope")])
     assert r.exit_code == 2
     assert "Traceback" not in r.output
+
+
+def test_lead_sentence_splits_the_device_time_like_the_breakdown(
+    runs: tuple[Path, Path], page: str
+) -> None:
+    import polars as pl
+    from tracekit.analyzers.breakdown import breakdown
+
+    bd = breakdown(runs[0]).filter(pl.col("cycle") >= 0)
+    total = bd["wall_ns"].sum()
+    pct = {
+        c: round(100 * bd[f"{c}_ns"].sum() / total) for c in ("forward", "allreduce", "overhead")
+    }
+    lead = re.search(r"<p class=lead>(.*?)</p>", page)
+    assert lead
+    assert (
+        f"{pct['forward']} % is forward compute, {pct['allreduce']} % allreduce and "
+        f"{pct['overhead']} % overhead (idle)"
+    ) in lead.group(1)
+    assert "draft 1.3 ms, verify 0.7 ms" in lead.group(1)

@@ -23,7 +23,7 @@
     var base = {
       margin: { l: 60, r: 20, t: 28, b: 45 },
       font: { family: "system-ui, -apple-system, Segoe UI, Roboto, DejaVu Sans, sans-serif", size: 12 },
-      legend: { orientation: "h", x: 1, xanchor: "right", y: 1.0, yanchor: "bottom" },
+      legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" },
       paper_bgcolor: "white",
       plot_bgcolor: "white",
     };
