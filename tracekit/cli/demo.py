@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from tracekit.errors import CommandError, InputError, MissingDependencyError
+from tracekit.errors import CommandError, InputError, MissingDependencyError, TracekitError
 
 # Full mode profiles a few cycles with torch.profiler, so the breakdown is measured on the
 # device timeline (aten ops and gloo collectives on CPU); the other cycles are timed by the
@@ -42,7 +42,12 @@ def _have(module: str) -> bool:
 
 
 @click.command(name="demo")
-@click.option("--ranks", type=int, default=8, show_default=True, help="Tensor-parallel ranks.")
+@click.option(
+    "--ranks",
+    type=int,
+    default=None,
+    help="Tensor-parallel ranks [default: 8 on CPU, one a GPU on CUDA].",
+)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option(
     "--cycles", type=int, default=DEFAULT_CYCLES, show_default=True, help="Decode cycles to run."
@@ -87,7 +92,7 @@ def _have(module: str) -> bool:
 )
 @click.option("--name", default=None, help="Run directory name [default: demo-<time>].")
 def command(
-    ranks: int,
+    ranks: int | None,
     device: str,
     cycles: int,
     draft_tokens: int,
@@ -120,6 +125,8 @@ def command(
             "`pip install 'tracekit-spec[collect]'`"
         )
         raise MissingDependencyError(msg)
+    if ranks is None and device == "cpu":
+        ranks = 8
     _check_options(ranks, cycles, draft_tokens, verify_mode, device, baseline, mode, profile_cycles)
     size = model_size or ("tiny" if device == "cpu" else "large")
     name = name or time.strftime("demo-%Y%m%d-%H%M%S")
@@ -132,9 +139,11 @@ def command(
         result_tmp = Path(tmp) / RESULT_NAME
         server = [
             sys.executable, "-m", "tracekit.demo",
-            "--ranks", str(ranks), "--device", device, "--cycles", str(cycles),
+            "--device", device, "--cycles", str(cycles),
             "--model-size", size, "--result", str(result_tmp),
         ]  # fmt: skip
+        if ranks is not None:  # on CUDA the server defaults to one rank a GPU
+            server += ["--ranks", str(ranks)]
         if baseline:
             server.append("--baseline")
         else:
@@ -164,7 +173,7 @@ def command(
 
 
 def _check_options(
-    ranks: int,
+    ranks: int | None,
     cycles: int,
     draft_tokens: int,
     verify_mode: str,
@@ -176,7 +185,8 @@ def _check_options(
     # What can be checked without starting torch; the server checks the rest the same way.
     from tracekit.demo.config import preset
 
-    preset("tiny" if device == "cpu" else "large").check(ranks)
+    if ranks is not None:
+        preset("tiny" if device == "cpu" else "large").check(ranks)
     if cycles < 1:
         msg = f"--cycles must be at least 1, got {cycles}"
         raise InputError(msg)
@@ -233,6 +243,8 @@ def _outputs(run_dir: Path, missing: list[str]) -> dict[str, Any]:
             done[key] = fn()
         except ImportError as exc:
             missing.append(f"{key}: {exc}")
+        except TracekitError as exc:  # the run is kept; say what failed and go on
+            missing.append(f"{key} failed: {exc}")
     return done
 
 
