@@ -13,9 +13,9 @@ pytest.importorskip("torch")
 
 
 def _tk(*args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "tracekit", *args], check=True, capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.fail(f"tracekit {' '.join(args)} exited {out.returncode}:\n{out.stderr[-3000:]}")
     return out.stdout
 
 
@@ -23,29 +23,14 @@ def _tk(*args: str) -> str:
 def demo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("runs")
     runs = {}
-    for mode in ("light", "full"):
+    plan = (("light", "light", []), ("full", "full", []), ("base", "light", ["--baseline"]))
+    for name, mode, extra in plan:
         _tk(
-            "launch",
-            "--adapter",
-            "demo",
-            "--mode",
-            mode,
-            "--profile-cycles",
-            "1:3",
-            "--out",
-            str(out),
-            "--name",
-            mode,
-            "--",
-            sys.executable,
-            "-m",
-            "tracekit.demo",
-            "--ranks",
-            "2",
-            "--cycles",
-            "5",
+            *("launch", "--adapter", "demo", "--mode", mode, "--profile-cycles", "1:3"),
+            *("--out", str(out), "--name", name, "--", sys.executable, "-m", "tracekit.demo"),
+            *("--ranks", "2", "--cycles", "5", *extra),
         )
-        runs[mode] = out / mode
+        runs[name] = out / name
     return runs
 
 
@@ -79,3 +64,25 @@ def test_demo_diff_light_vs_full(demo_runs: dict[str, Path]) -> None:
     assert set(d["phases"]) == {"draft", "verify", "draft_extend"}
     assert d["headline"]
     assert "manifest" in d
+
+
+@pytest.mark.slow
+def test_demo_breakeven_from_runs(demo_runs: dict[str, Path]) -> None:
+    base = json.loads(_tk("summary", str(demo_runs["base"]), "--json"))
+    spec = json.loads(_tk("summary", str(demo_runs["light"]), "--json"))
+    assert set(base["phases"]) == {"decode"}
+    r = json.loads(
+        _tk(
+            "breakeven",
+            "--baseline",
+            str(demo_runs["base"]),
+            "--spec",
+            str(demo_runs["light"]),
+            "--json",
+        )
+    )
+    assert r["baseline_ms"] == pytest.approx(base["cycle_ms_p50"])
+    assert r["cycle_ms"] == pytest.approx(spec["cycle_ms_p50"])
+    assert r["accept_len"] == pytest.approx(spec["accept_len_mean"])
+    assert r["breakeven_accept_len"] == pytest.approx(r["cycle_ms"] / r["baseline_ms"])
+    assert r["speedup"] == pytest.approx(r["accept_len"] * r["baseline_ms"] / r["cycle_ms"])
