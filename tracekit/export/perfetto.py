@@ -456,7 +456,9 @@ class _RankExport:
             d.sibling_order_rank = rank_order
         d.sibling_merge_behavior = d.SIBLING_MERGE_BEHAVIOR_NONE
         if counter_unit is not None:
-            d.counter.unit_name = counter_unit
+            d.counter.SetInParent()  # a counter track even when the unit is unknown ("")
+            if counter_unit:
+                d.counter.unit_name = counter_unit
         self.w.write(p)
         return uuid
 

@@ -135,6 +135,32 @@ def test_counters_become_counter_tracks(run: tuple[Path, ReadBack]) -> None:
     assert got == want
 
 
+def test_a_metric_without_a_known_unit_is_still_a_counter_track(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from tracekit.store.writer import write_partition
+
+    make_run(tmp_path, ranks=1, cycles=1, counters=False)
+    write_partition(
+        tmp_path,
+        "counters",
+        0,
+        pa.table(
+            {
+                "gpu": [0, 0],
+                "host": ["h", "h"],
+                "metric": ["pcie_gen", "pcie_gen"],
+                "ts_ns": [1, 2],
+                "value": [4.0, 5.0],
+            }
+        ),
+    )
+    rb = read_back(write_perfetto(tmp_path, tmp_path / "c.pftrace"))
+    track = next(u for u in rb.tracks if rb.track_name(u) == "GPU 0 pcie_gen")
+    assert rb.tracks[track].HasField("counter")
+    assert rb.counters[track] == [(1, 4.0), (2, 5.0)]
+
+
 def test_names_are_interned_once_per_rank(run: tuple[Path, ReadBack]) -> None:
     run_dir, _ = run
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
@@ -232,7 +258,14 @@ def test_parallel_ranks_write_the_same_trace(tmp_path: Path) -> None:
 
     def content(rb: ReadBack) -> Counter:
         return Counter(
-            (rb.track_name(s.track), s.name, s.start, s.end, tuple(sorted(s.args.items())), tuple(s.flows))
+            (
+                rb.track_name(s.track),
+                s.name,
+                s.start,
+                s.end,
+                tuple(sorted(s.args.items())),
+                tuple(s.flows),
+            )
             for s in rb.slices
         )
 
