@@ -330,6 +330,7 @@ class Analysis:
     breakdown: pl.DataFrame
     cycles: pl.DataFrame
     unknown_comm: list[str]  # communication-looking names no implementation entry matched
+    collectives: pl.DataFrame  # rank, cycle, phase, k (order in the instance), dur_ns
 
 
 def analyze(
@@ -341,11 +342,14 @@ def analyze(
     run_dir = Path(run_dir)
     rule_table = rules if isinstance(rules, RuleTable) else load_rules(rules)
     table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
-    bds, cycs = [], []
+    bds, cycs, comms = [], [], []
     unknown: set[str] = set()
     for rp in iter_rank_phases(run_dir, rule_table):
         ivals = rank_intervals(run_dir, rp, table)
-        unknown.update(ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().to_list())
+        unknown.update(
+            ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String).to_list()
+        )
+        comms.append(collective_rows(rp, ivals[0]))
         bd = rank_breakdown(run_dir, rp, table, ivals)
         bds.append(bd)
         cycs.append(cycle_frame(bd, rp.cycles))
@@ -353,7 +357,28 @@ def analyze(
         breakdown=pl.concat(bds, how="vertical_relaxed").sort("rank", "cycle", "start_ns"),
         cycles=pl.concat(cycs, how="vertical_relaxed").sort("rank", "cycle"),
         unknown_comm=sorted(unknown),
+        collectives=pl.concat(comms, how="vertical_relaxed"),
     )
+
+
+def collective_rows(rp: RankPhases, intervals: pl.DataFrame) -> pl.DataFrame:
+    """The rank's communication activities in order within each phase instance: rank, cycle,
+    phase, k (0, 1, ... in start order), dur_ns (the activity's own duration)."""
+    top = _top(rp).select("inst", "rank", "cycle", "phase")
+    rows: pl.DataFrame = (
+        intervals.filter(pl.col("comm") & pl.col("inst").is_not_null())
+        .join(top, on="inst", how="inner")
+        .sort("start_ns")
+        .with_columns(pl.int_range(pl.len()).over("rank", "cycle", "phase").alias("k"))
+        .select(
+            pl.col("rank").cast(pl.Int32),
+            pl.col("cycle").cast(pl.Int64),
+            pl.col("phase").cast(pl.String),
+            pl.col("k").cast(pl.Int64),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+        )
+    )
+    return rows
 
 
 def breakdown(

@@ -10,12 +10,10 @@ minus its allreduce wait; the slowest rank is the one with the most work (ties: 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import polars as pl
-from tracekit.analyzers.allreduce import ImplTable, load_impl_table
-from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
-from tracekit.analyzers.phases import iter_rank_phases
-from tracekit.analyzers.rules import RuleTable, load_rules
+from tracekit.analyzers.breakdown import analyze
 
 SKEW_COLUMNS = [
     "cycle",
@@ -31,34 +29,6 @@ SKEW_COLUMNS = [
     "allreduce_transfer_ns",
     "allreduce_wait_ns_max",
 ]
-
-
-def collectives(
-    run_dir: Path, *, rules: RuleTable | None = None, impl_table: ImplTable | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(per-rank breakdown, communication activities: rank, cycle, phase, k, dur_ns)."""
-    rule_table = rules or load_rules()
-    table = impl_table or load_impl_table()
-    bds, comms = [], []
-    for rp in iter_rank_phases(Path(run_dir), rule_table):
-        ivals = rank_intervals(Path(run_dir), rp, table)
-        bds.append(rank_breakdown(Path(run_dir), rp, table, ivals))
-        top = rp.instances.filter((pl.col("depth") == 0) & (pl.col("cycle") >= 0))
-        comms.append(
-            ivals[0]
-            .filter(pl.col("comm") & pl.col("inst").is_not_null())
-            .join(top.select("inst", "rank", "cycle", "phase"), on="inst", how="inner")
-            .sort("start_ns")
-            .with_columns(pl.int_range(pl.len()).over("rank", "cycle", "phase").alias("k"))
-            .select(
-                "rank",
-                "cycle",
-                "phase",
-                "k",
-                (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-            )
-        )
-    return pl.concat(bds, how="vertical_relaxed"), pl.concat(comms, how="vertical_relaxed")
 
 
 def rank_waits(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
@@ -119,5 +89,31 @@ def skew(
     run_dir: Path, *, rules: Path | None = None, impl_table: Path | None = None
 ) -> pl.DataFrame:
     """Per (cycle, phase): SKEW_COLUMNS."""
-    bd, comm = collectives(run_dir, rules=load_rules(rules), impl_table=load_impl_table(impl_table))
-    return skew_from(bd, comm)
+    a = analyze(run_dir, rules=rules, impl_table=impl_table)
+    return skew_from(a.breakdown, a.collectives)
+
+
+def phase_skew(sk: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per phase over its cycles: ranks, spread_ms_p50, spread_ms_max, slowest_rank (the rank
+    most often slowest; ties: lowest), slowest_rank_frac, allreduce_wait_ms_mean (mean over
+    cycles of the most-waiting rank's wait)."""
+    out: dict[str, dict[str, Any]] = {}
+    for phase in sorted(sk["phase"].unique().to_list()):
+        rows = sk.filter(pl.col("phase") == phase)
+        counts = (
+            rows.group_by("slowest_rank")
+            .len()
+            .sort(["len", "slowest_rank"], descending=[True, False])
+        )
+        slowest, times = counts.row(0)
+        spread = rows["spread_ns"].cast(pl.Float64) / 1e6
+        wait = rows["allreduce_wait_ns_max"].cast(pl.Float64) / 1e6
+        out[phase] = {
+            "ranks": int(cast("int", rows["ranks"].max())),
+            "spread_ms_p50": float(cast("float", spread.median())),
+            "spread_ms_max": float(cast("float", spread.max())),
+            "slowest_rank": int(slowest),
+            "slowest_rank_frac": times / rows.height,
+            "allreduce_wait_ms_mean": float(cast("float", wait.mean())),
+        }
+    return out

@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 from tracekit.analyzers.breakdown import Analysis, analyze
 from tracekit.analyzers.rules import RuleTable
+from tracekit.analyzers.skew import phase_skew, skew_from
 
 NS_PER_MS = 1_000_000
 
@@ -69,6 +70,7 @@ def summary_from(analysis: Analysis) -> dict[str, Any]:
         "approximate": bool(bd["approximate"].any()),
         "phases": phase_stats(bd),
         "unknown_comm_kernels": analysis.unknown_comm,
+        "skew": phase_skew(skew_from(bd, analysis.collectives)),
     }
 
 

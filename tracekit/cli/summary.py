@@ -51,6 +51,28 @@ def render(summary: dict[str, Any]) -> None:
             impls,
         )
     console.print(table)
+    skew = summary.get("skew") or {}
+    if skew and max(p["ranks"] for p in skew.values()) > 1:
+        st = Table(title="Rank skew (work = wall - allreduce wait)")
+        for col in (
+            "phase",
+            "ranks",
+            "spread p50 ms",
+            "spread max ms",
+            "slowest rank",
+            "allreduce wait ms",
+        ):
+            st.add_column(col, justify="left" if col == "phase" else "right")
+        for name, p in skew.items():
+            st.add_row(
+                name,
+                str(p["ranks"]),
+                fmt(p["spread_ms_p50"]),
+                fmt(p["spread_ms_max"]),
+                f"{p['slowest_rank']} ({p['slowest_rank_frac']:.0%} of cycles)",
+                fmt(p["allreduce_wait_ms_mean"]),
+            )
+        console.print(st)
     unknown = summary.get("unknown_comm_kernels") or []
     if unknown:
         console.print(

@@ -75,6 +75,15 @@ def test_summary_json(tmp_path: Path) -> None:
     assert draft["graph_replayed_frac"] == 0.5
     assert s["phases"]["verify"]["allreduce_impl"] == {"custom_ar": 2, "nccl:RING/LL/bf16": 2}
     assert s["accept_len_mean"] is None
+    # skew per phase: verify's slowest rank is 1 in both cycles; spreads 100 and 200 ns;
+    # rank 0 waits 200 ns in each verify
+    assert s["skew"]["verify"]["slowest_rank"] == 1
+    assert s["skew"]["verify"]["slowest_rank_frac"] == 1.0
+    assert s["skew"]["verify"]["spread_ms_p50"] == pytest.approx(0.00015)
+    assert s["skew"]["verify"]["allreduce_wait_ms_mean"] == pytest.approx(0.0002)
+    assert s["skew"]["draft"]["slowest_rank"] == 0  # once each: the lowest rank
+    result = CliRunner().invoke(cli, ["summary", str(run)])
+    assert "Rank skew" in result.output
 
 
 def test_summary_table_and_light_mode(tmp_path: Path) -> None:
