@@ -90,6 +90,7 @@ _DEC_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _DEC_RAWLIST = msgspec.json.Decoder(list[msgspec.Raw])
 _DEC_EVENTS = msgspec.json.Decoder(list[Event])
 _DEC_LOOSE = msgspec.json.Decoder(list[LooseEvent])
+_DEC_LOOSE_ONE = msgspec.json.Decoder(LooseEvent)
 _DEC_ARGS = msgspec.json.Decoder(list[Args | None])
 _DEC_MINIARGS = msgspec.json.Decoder(_MiniArgs)
 _DEC_ANY = msgspec.json.Decoder()
@@ -128,7 +129,14 @@ def read_bytes(path: Path) -> tuple[bytes, str | None]:
     step = 1 << 24
     try:
         for i in range(0, len(raw), step):
-            chunks.append(dec.decompress(raw[i : i + step]))
+            saved = dec.copy()
+            try:
+                chunks.append(dec.decompress(raw[i : i + step]))
+            except zlib.error:
+                # Redo this piece in small steps: keep what decompresses before the damage.
+                dec = saved
+                for j in range(i, min(i + step, len(raw)), 4096):
+                    chunks.append(dec.decompress(raw[j : j + 4096]))
             if dec.eof:
                 break
         chunks.append(dec.flush())
@@ -144,6 +152,9 @@ _BYTE_POS = re.compile(r"byte (\d+)")
 
 def split_trace(path: Path, data: bytes, gz_warning: str | None = None) -> RawTrace:
     """Split a trace into top-level raw values and raw events; salvage a damaged one."""
+    if gz_warning and not data.strip():
+        msg = f"{path}: {gz_warning} before any data; copy or export the trace again"
+        raise TraceFormatError(msg)
     if not data[:65536].strip() and not data.strip():
         msg = f"{path}: empty file; pass a Kineto trace (`.json` or `.json.gz`) written by torch.profiler"
         raise TraceFormatError(msg)
@@ -277,6 +288,9 @@ class BatchStats:
     devices: dict[int, int] = field(default_factory=dict)
 
 
+_MAX_US = 9.0e15  # |µs| beyond this overflows int64 nanoseconds
+
+
 def exact_ns(values: Sequence[Any], *, relative: bool) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond JSON numbers -> exact int64 ns. Returns (ns, valid mask).
 
@@ -297,11 +311,12 @@ def exact_ns(values: Sequence[Any], *, relative: bool) -> tuple[np.ndarray, np.n
     if pa.types.is_integer(arr.type):
         valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         ints = arr.fill_null(0).to_numpy().astype(np.int64)
-        return ints * 1000, valid
+        valid &= np.abs(ints) < _MAX_US
+        return np.where(valid, ints, 0) * 1000, valid
     if not pa.types.is_floating(arr.type):
         arr = pa.array([v if type(v) in (int, float) else None for v in values], type=pa.float64())
     x = arr.fill_null(np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
-    valid = np.isfinite(x)
+    valid = np.isfinite(x) & (np.abs(x) < _MAX_US)  # beyond int64 ns: not a time
     x = np.where(valid, x, 0.0)
     k = np.rint(x * 1000.0)
     small = np.abs(x) < 2.0**43
@@ -384,7 +399,25 @@ def decode_events(trace: RawTrace) -> list[Any]:
     try:
         return _DEC_EVENTS.decode(blob)
     except msgspec.ValidationError:
-        return _DEC_LOOSE.decode(blob)
+        pass
+    try:
+        evs = _DEC_LOOSE.decode(blob)
+    except msgspec.ValidationError:
+        # Some elements are not objects (a number, null, a list): keep the events that are.
+        evs = []
+        for raw in _DEC_RAWLIST.decode(blob):
+            try:
+                evs.append(_DEC_LOOSE_ONE.decode(raw))
+            except msgspec.ValidationError:
+                continue
+    for e in evs:  # names and phases of other JSON types: strings, as the fast path has them
+        if type(e.ph) is not str:
+            e.ph = ""
+        if e.cat is not None and type(e.cat) is not str:
+            e.cat = str(e.cat)
+        if type(e.name) is not str:
+            e.name = "" if e.name is None else str(e.name)
+    return evs
 
 
 def iter_batches(
