@@ -77,6 +77,7 @@ class PostImportHook(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self._callbacks:
             return None
+        spec: importlib.machinery.ModuleSpec | None = None
         for finder in sys.meta_path:
             if finder is self:
                 continue

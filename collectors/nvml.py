@@ -83,8 +83,8 @@ class NvmlSampler:
             gpus.append(
                 {
                     "index": i,
-                    "uuid": _s(self._try(lambda h=h: self._nvml.nvmlDeviceGetUUID(h))),
-                    "name": _s(self._try(lambda h=h: self._nvml.nvmlDeviceGetName(h))),
+                    "uuid": _s(self._try(self._nvml.nvmlDeviceGetUUID, h)),
+                    "name": _s(self._try(self._nvml.nvmlDeviceGetName, h)),
                 }
             )
         (self.out_dir / GPUS_FILE).write_text(
@@ -95,9 +95,9 @@ class NvmlSampler:
         return True
 
     @staticmethod
-    def _try(fn: Callable[[], Any]) -> Any:
+    def _try(fn: Callable[..., Any], *args: Any) -> Any:
         try:
-            return fn()
+            return fn(*args)
         except Exception:
             return None
 
@@ -105,11 +105,11 @@ class NvmlSampler:
         nv = self._nvml
         ts = time.time_ns()
         for i, h in enumerate(self._handles):
-            util = self._try(lambda h=h: nv.nvmlDeviceGetUtilizationRates(h))
-            throttle = self._try(lambda h=h: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
+            util = self._try(nv.nvmlDeviceGetUtilizationRates, h)
+            throttle = self._try(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
             if throttle is None:
-                throttle = self._try(lambda h=h: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-            power = self._try(lambda h=h: nv.nvmlDeviceGetPowerUsage(h))
+                throttle = self._try(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+            power = self._try(nv.nvmlDeviceGetPowerUsage, h)
             values = {
                 "sm_clock_mhz": self._try(
                     lambda h=h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
@@ -121,8 +121,8 @@ class NvmlSampler:
                 "temperature_c": self._try(
                     lambda h=h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
                 ),
-                "pcie_gen": self._try(lambda h=h: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-                "pcie_width": self._try(lambda h=h: nv.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                "pcie_gen": self._try(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
+                "pcie_width": self._try(nv.nvmlDeviceGetCurrPcieLinkWidth, h),
                 "throttle_reasons": throttle,
                 "gpu_util_pct": getattr(util, "gpu", None),
                 "mem_util_pct": getattr(util, "memory", None),

@@ -59,7 +59,7 @@ class ProfileWindow:
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             activities.append(ProfilerActivity.CUDA)
         self._rf = record_function
         self._prof = profile(activities=activities, record_shapes=False, with_stack=False)

@@ -104,12 +104,13 @@ def _as_accept_len(value: object) -> float | None:
         nums = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
         return sum(nums) / len(nums) if nums else None
     if hasattr(value, "item") and hasattr(value, "numel"):
-        if getattr(value, "is_cuda", False):
+        tensor: Any = value
+        if getattr(tensor, "is_cuda", False):
             return None  # reading it would synchronise the stream
-        if value.numel() == 1:
-            return float(value.item())
-        if value.numel() > 1:
-            return float(value.float().mean().item())
+        if tensor.numel() == 1:
+            return float(tensor.item())
+        if tensor.numel() > 1:
+            return float(tensor.float().mean().item())
     return None
 
 
@@ -605,7 +606,7 @@ class Recorder:
 def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Raw rows with their site codes resolved: kind, phase, parent (name), target."""
     by_code = {int(s["code"]): s for s in sites}
-    rows = table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
     for r in rows:
         site = by_code.get(r["code"], {"kind": "phase", "phase": f"code{r['code']}", "target": ""})
         r["kind"] = site["kind"]

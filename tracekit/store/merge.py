@@ -384,15 +384,15 @@ def merge(run_dir: Path | str) -> MergeResult:
         write_partition(run_dir, "counters", rank, table)
         result.counters += table.num_rows
 
-    traces = {p.kineto: p.rank for p in procs if p.kineto is not None and p.rank is not None}
+    traces: dict[Path, int] = {
+        p.kineto: p.rank for p in procs if p.kineto is not None and p.rank is not None
+    }
     if traces:
         result.events = _ingest_traces(run_dir, traces, warnings)
     return result
 
 
-def _ingest_traces(
-    run_dir: Path, traces: dict[Path | None, int | None], warnings: list[str]
-) -> int:
+def _ingest_traces(run_dir: Path, traces: dict[Path, int], warnings: list[str]) -> int:
     try:
         from tracekit.store.ingest import ingest
     except ImportError:
@@ -402,7 +402,7 @@ def _ingest_traces(
         return 0
     from tracekit.errors import TracekitError
 
-    overrides = {Path(p): int(r) for p, r in traces.items() if p is not None and r is not None}
+    overrides = {Path(p): int(r) for p, r in traces.items()}
     try:
         res = ingest(list(overrides), run_dir, rank_overrides=overrides)
     except TracekitError as exc:

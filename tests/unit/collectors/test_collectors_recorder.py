@@ -217,3 +217,44 @@ def test_bypass_while_torch_compile_traces(tmp_path: Path) -> None:
     # the eager reference call f(x) and the direct call are recorded; the traced one is not
     assert len(rows) == 2
     assert "torch" in sys.modules
+
+
+def test_cuda_graph_replays_are_counted_per_phase(tmp_path: Path) -> None:
+    from types import ModuleType
+
+    from tracekit.collectors import phasemap as pm
+    from tracekit.collectors.importhook import PostImportHook
+    from tracekit.collectors.runtime import Runtime
+
+    # GIVEN a module shaped like torch.cuda.graphs whose CUDAGraph.replay gets hooked
+    graphs = ModuleType("fake_graphs")
+
+    class CUDAGraph:
+        def replay(self) -> str:
+            "Replay the graph."
+            return "replayed"
+
+    graphs.CUDAGraph = CUDAGraph  # type: ignore[attr-defined]
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    rt = Runtime(rec, PostImportHook(), pm.parse('[[phase]]\nname = "verify"\ntargets = ["m:f"]\n'))
+    rt.patch_graphs(graphs)
+    rt.patch_graphs(graphs)  # idempotent
+    g = CUDAGraph()
+
+    def verify() -> str:
+        g.replay()
+        return g.replay()
+
+    def draft() -> None:
+        pass
+
+    v = make_wrapper(verify, Site(Target("m", "verify"), phase="verify"), rec)
+    d = make_wrapper(draft, Site(Target("m", "draft"), phase="draft"), rec)
+    # WHEN
+    assert v() == "replayed"
+    d()
+    rec.close()
+    # THEN
+    assert CUDAGraph.replay.__doc__ == "Replay the graph."
+    got = {r["phase"]: r["graph_replays"] for r in _records(rec)}
+    assert got == {"verify": 2, "draft": 0}
