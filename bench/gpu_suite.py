@@ -103,8 +103,19 @@ class Suite:
             run_dir.mkdir(parents=True, exist_ok=True)
         result = run_dir / "demo_result.json"
         cmd = self.demo_cmd(path, cycles, result, ranks)
+        if mode == "off":
+            # launched (bootstrap on PYTHONPATH, NVML sampled at 10 Hz) but recording disabled
+            # in the program: tells the launcher's own cost from the recorder's
+            cmd = ["env", "TRACEKIT_DISABLE=1", *cmd]
         if mode is not None:
-            launch = [sys.executable, "-m", "tracekit", "launch", "--mode", mode]
+            launch = [
+                sys.executable,
+                "-m",
+                "tracekit",
+                "launch",
+                "--mode",
+                mode.replace("off", "light"),
+            ]
             if profile:
                 launch += ["--profile-cycles", profile]
             cmd = [*launch, "--out", str(self.runs), "--name", name, "--no-merge", "--", *cmd]
@@ -256,14 +267,16 @@ class Suite:
                 self.results["skipped"].append(f"overhead rounds {r}..{a.rounds - 1}")
                 break
             for path in PATHS:
-                order = ("plain", "light") if r % 2 == 0 else ("light", "plain")
+                order = ["plain", "light"] if r % 2 == 0 else ["light", "plain"]
+                if path == "extend":
+                    order.insert(1, "off")
                 for mode in order:
                     name = f"ovh_{path}_{mode}_{r}"
                     self.run(
                         name,
                         path,
                         cycles=a.overhead_cycles,
-                        mode=None if mode == "plain" else "light",
+                        mode=None if mode == "plain" else mode,
                     )
                     shutil.rmtree(self.runs / name, ignore_errors=True)
             per_round = time.monotonic() - t
@@ -289,7 +302,7 @@ def overhead_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per path: each run's median step, then the median over runs of plain vs light."""
     table: dict[str, Any] = {}
     for path in PATHS:
-        rows: dict[str, list[float]] = {"plain": [], "light": []}
+        rows: dict[str, list[float]] = {"plain": [], "light": [], "off": []}
         for e in runs:
             if e["name"].startswith(f"ovh_{path}_") and "demo" in e:
                 steps = e["demo"]["step_ms"][5:]  # the first steps warm caches and clocks
@@ -303,6 +316,13 @@ def overhead_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "light_p50_ms": lt,
                 "light_overhead_pct": 100.0 * (lt - p) / p,
             }
+            if rows["off"]:
+                off = statistics.median(rows["off"])
+                table[path].update(
+                    off_step_ms=rows["off"],
+                    off_p50_ms=off,
+                    off_overhead_pct=100.0 * (off - p) / p,
+                )
     return table
 
 
