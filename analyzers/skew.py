@@ -31,6 +31,14 @@ SKEW_COLUMNS = [
 ]
 
 
+def collectives(
+    run_dir: Path, *, rules: Path | None = None, impl_table: Path | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(breakdown of every rank, communication activities: rank, cycle, phase, k, dur_ns)."""
+    a = analyze(run_dir, rules=rules, impl_table=impl_table)
+    return a.breakdown, a.collectives
+
+
 def rank_waits(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, cycle, phase): allreduce_wait_ns and matched collectives, for the
     collectives seen on every rank that ran the phase."""
@@ -89,8 +97,7 @@ def skew(
     run_dir: Path, *, rules: Path | None = None, impl_table: Path | None = None
 ) -> pl.DataFrame:
     """Per (cycle, phase): SKEW_COLUMNS."""
-    a = analyze(run_dir, rules=rules, impl_table=impl_table)
-    return skew_from(a.breakdown, a.collectives)
+    return skew_from(*collectives(run_dir, rules=rules, impl_table=impl_table))
 
 
 def phase_skew(sk: pl.DataFrame) -> dict[str, dict[str, Any]]:

@@ -84,3 +84,23 @@ def test_breakeven_from_runs(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["accept_len"] is None
+
+
+def test_collectives_and_rank_waits(tmp_path: Path) -> None:
+    # the public pieces the HTML report uses
+    from tracekit.analyzers.skew import collectives, rank_waits
+
+    bd, comm = collectives(scenarios.two_rank_gpu(tmp_path))
+    assert comm.sort("rank", "cycle").select("rank", "cycle", "phase", "k", "dur_ns").rows() == [
+        (0, 0, "verify", 0, 500),
+        (0, 1, "verify", 0, 500),
+        (1, 0, "verify", 0, 300),
+        (1, 1, "verify", 0, 300),
+    ]
+    waits = rank_waits(bd, comm).sort("rank", "cycle")
+    assert waits.select("rank", "cycle", "allreduce_wait_ns", "allreduce_transfer_ns").rows() == [
+        (0, 0, 200, 300),
+        (0, 1, 200, 300),
+        (1, 0, 0, 300),
+        (1, 1, 0, 300),
+    ]
