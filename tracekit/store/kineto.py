@@ -444,6 +444,10 @@ def decode_events(trace: RawTrace) -> list[Any]:
             e.cat = str(e.cat)
         if type(e.name) is not str:
             e.name = "" if e.name is None else str(e.name)
+        if type(e.pid) not in (int, str):
+            e.pid = None  # a list or an object: no usable pid
+        if type(e.tid) not in (int, str):
+            e.tid = None
     return evs
 
 
