@@ -28,6 +28,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 EVENTS_PART = "part-0.parquet"
 MANIFESTS_PART = "part-kineto.parquet"
 STAGING = ".ingest-staging"
+DICT_COLUMNS = ["cat", "name", "ph", "collective", "dtype", "pg_name"]
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -255,7 +256,10 @@ def _ingest_one(task: _Task) -> _Outcome:
         rank, source = detect_rank(task.path, meta_value(trace, "distributedInfo"), task.override)
         out.rank, out.rank_source = rank, source
         schema = with_metadata(TABLES["events"])
-        writer = pq.ParquetWriter(events_file, schema, compression="zstd")
+        # Dictionary-encode only the repetitive columns; hashing every `args` text is wasted.
+        writer = pq.ParquetWriter(
+            events_file, schema, compression="zstd", use_dictionary=DICT_COLUMNS
+        )
         stats = BatchStats()
         for batch in iter_batches(trace, stats=stats):
             writer.write_table(conform("events", batch).replace_schema_metadata(schema.metadata))
