@@ -518,7 +518,10 @@ def _skew(run: _Run) -> Section:
     try:
         from tracekit.analyzers.skew import collectives, rank_waits, skew_from
 
-        bd, comm = collectives(run.run_dir)
+        if run.analysis is not None and hasattr(run.analysis, "collectives"):
+            bd, comm = run.analysis.breakdown, run.analysis.collectives  # computed once
+        else:
+            bd, comm = collectives(run.run_dir)
         per_phase = skew_from(bd, comm)
         waits = rank_waits(bd, comm)
     except (ImportError, TracekitError) as exc:
