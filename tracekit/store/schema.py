@@ -37,7 +37,7 @@ EVENTS = pa.schema(
         pa.field("correlation", pa.int64()),  # args.correlation (runtime call <-> GPU activity)
         pa.field("external_id", pa.int64()),  # args["External id"]
         pa.field("cbid", pa.int32()),  # runtime/driver callback id (kept for "INVALID" names)
-        pa.field("graph_launched", pa.bool_()),  # GPU row whose correlation is a cuda/cu/hipGraphLaunch on this rank
+        pa.field("graph_launched", pa.bool_()),  # GPU row whose correlation is a cuda/cu/hipGraphLaunch on this rank (null on CPU rows)
         pa.field("collective", pa.string()),  # args["Collective name"] (record_param_comms, NCCL kernels)
         pa.field("dtype", pa.string()),  # args["dtype"]
         pa.field("msg_nelems", pa.int64()),  # args["In msg nelems"]
@@ -45,7 +45,7 @@ EVENTS = pa.schema(
         pa.field("pg_name", pa.string()),  # args["Process Group Name"]
         pa.field("bytes", pa.int64()),  # gpu_memcpy / gpu_memset args.bytes
         pa.field("value", pa.float64()),  # counter value (ph == "C")
-        pa.field("args", pa.string()),  # remaining args as compact JSON, null when none are left
+        pa.field("args", pa.string()),  # the event's args object as JSON text as written (ingest; ends in "\n"), null when its typed columns hold them all (cuda_runtime/cuda_driver) or it has none
     ]
 )
 
