@@ -17,12 +17,14 @@ import polars as pl
 from tracekit.analyzers.breakdown import analyze
 from tracekit.analyzers.rules import RuleTable, load_rules
 
+from tracekit.errors import InputError
 from tracekit.store.reader import has_table, scan_table
 
 NS_PER_MS = 1_000_000
 RESAMPLES = 1000
 SEED = 20261129
 MANIFEST_SECTIONS = ("env", "packages", "versions", "gpu")
+MIN_INSTANCES = 3  # fewer instances in either run: never flagged significant
 GPU_REL_TOLERANCE = 0.01  # GPU medians closer than 1% are not reported as changed
 
 
@@ -86,7 +88,8 @@ def phase_changes(
                 seed=seed,
             )
             entry["ci95_ms"] = [lo / NS_PER_MS, hi / NS_PER_MS]
-            entry["significant"] = lo > 0 or hi < 0
+            enough = min(ra.height, rb.height) >= MIN_INSTANCES
+            entry["significant"] = enough and (lo > 0 or hi < 0)
         entry["graph_replayed_frac"] = {
             "a": _frac(ra["graph_replayed"]),
             "b": _frac(rb["graph_replayed"]),
@@ -211,15 +214,20 @@ def headline(
         ia, ib = _dominant(p["allreduce_impl"]["a"]), _dominant(p["allreduce_impl"]["b"])
         if ia != ib:
             lines.append(f"{name}'s allreduce changed from {ia or 'none'} to {ib or 'none'}.")
-    if not lines:
-        biggest = next(iter(phases.items()), None)
-        if biggest and biggest[1]["delta_ms"] is not None:
+    if not any(p["significant"] for p in phases.values()):
+        both = [(n, p) for n, p in phases.items() if p["delta_ms"] is not None]
+        biggest = both[0] if both else None
+        if biggest:
             lines.append(
                 f"No phase changed significantly (largest change: {biggest[0]} "
                 f"{biggest[1]['delta_ms']:+.2f} ms)."
             )
         else:
             lines.append("No phase changed significantly.")
+    for name, p in phases.items():
+        if p["a_count"] == 0 or p["b_count"] == 0:
+            only, n = ("B", p["b_count"]) if p["a_count"] == 0 else ("A", p["a_count"])
+            lines.append(f"{name} appears only in {only} ({n} instances).")
     pkgs = manifest.get("packages", [])
     if pkgs:
         shown = ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in pkgs[:4])
@@ -270,12 +278,21 @@ def diff_runs(
     table = rules if isinstance(rules, RuleTable) else load_rules(rules)
     a = analyze(run_a, rules=table, impl_table=impl_table).breakdown
     b = analyze(run_b, rules=table, impl_table=impl_table).breakdown
+    world_a, world_b = a["rank"].n_unique(), b["rank"].n_unique()
+    if world_a != world_b:
+        msg = (
+            f"{run_b} has {world_b} rank(s) and {run_a} has {world_a}: diff compares runs of one "
+            "world size; compare runs of the same tensor-parallel size, or look at each with "
+            "`tracekit summary`"
+        )
+        raise InputError(msg)
     phases = phase_changes(a, b, resamples=resamples, seed=seed)
     manifest = manifest_changes(Path(run_a), Path(run_b))
     env_known = bool(_manifest(Path(run_a))["env"]) and bool(_manifest(Path(run_b))["env"])
     return {
         "a": str(run_a),
         "b": str(run_b),
+        "ranks": world_a,
         "headline": headline(phases, manifest, env_known=env_known),
         "phases": phases,
         "manifest": manifest,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 from tracekit.analyzers.diff import bootstrap_ci, diff_runs, manifest_changes
 from tracekit.analyzers.kernels import top_kernels
 
@@ -88,3 +89,33 @@ def test_breakeven_error_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
     assert "positive" in result.stderr
+
+
+def test_diff_phase_only_in_one_run(tmp_path: Path) -> None:
+    # A: draft + verify (2 cycles); B: draft, verify and draft_extend (2 cycles), one rank each
+    from tests.unit.analyzers.builders import write_events
+
+    a = write_events(tmp_path / "a", {0: scenarios.two_rank_gpu_traces()[0]})
+    b = scenarios.sglang_spans(tmp_path / "b")
+    d = diff_runs(a, b)
+    assert d["ranks"] == 1
+    assert "draft_extend appears only in B (2 instances)." in d["headline"]
+    de = d["phases"]["draft_extend"]
+    assert (de["a_count"], de["b_count"], de["delta_ms"], de["significant"]) == (0, 2, None, False)
+
+
+def test_diff_of_different_world_sizes_is_refused(tmp_path: Path) -> None:
+    from tracekit.errors import InputError
+
+    a = scenarios.two_rank_gpu(tmp_path / "a")
+    b = scenarios.sglang_spans(tmp_path / "b")
+    with pytest.raises(InputError, match="1 rank"):
+        diff_runs(a, b)
+
+
+def test_too_few_instances_are_never_significant(tmp_path: Path) -> None:
+    # one cycle on one rank each (light mode vs the CPU gloo run): 1 instance a phase
+    d = diff_runs(scenarios.light_mode(tmp_path / "a"), scenarios.cpu_gloo(tmp_path / "b"))
+    verify = d["phases"]["verify"]
+    assert verify["delta_ms"] == pytest.approx((7800 - 2000) / 1e6)
+    assert not verify["significant"]
