@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,23 @@ class LooseEvent(msgspec.Struct, gc=False):
 
 
 class Args(msgspec.Struct, gc=False):
-    """The args tracekit keeps as typed columns."""
+    """The args tracekit keeps as typed columns (as kineto writes them)."""
+
+    stream: int | None = None
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(name="External id", default=None)
+    device: int | None = None
+    cbid: int | None = None
+    collective: str | None = msgspec.field(name="Collective name", default=None)
+    dtype: str | None = None
+    msg_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
+    group_size: int | None = msgspec.field(name="Group size", default=None)
+    pg_name: str | None = msgspec.field(name="Process Group Name", default=None)
+    bytes: int | None = None
+
+
+class LooseArgs(msgspec.Struct, gc=False):
+    """The same, accepting any JSON type (other producers: string stream ids, float ids)."""
 
     stream: Any = None
     correlation: Any = None
@@ -91,7 +108,8 @@ _DEC_RAWLIST = msgspec.json.Decoder(list[msgspec.Raw])
 _DEC_EVENTS = msgspec.json.Decoder(list[Event])
 _DEC_LOOSE = msgspec.json.Decoder(list[LooseEvent])
 _DEC_LOOSE_ONE = msgspec.json.Decoder(LooseEvent)
-_DEC_ARGS = msgspec.json.Decoder(list[Args | None])
+_DEC_ARGS_LINES = msgspec.json.Decoder(Args)
+_DEC_LOOSE_ARGS_LINES = msgspec.json.Decoder(LooseArgs)
 _DEC_MINIARGS = msgspec.json.Decoder(_MiniArgs)
 _DEC_ANY = msgspec.json.Decoder()
 
@@ -366,6 +384,15 @@ def _int_array(values: Sequence[Any], type_: pa.DataType = _INT64) -> pa.Array:
     return pa.array(ints, type=type_)
 
 
+def _few_ints(values: Sequence[Any]) -> pa.Array:
+    """pid/tid: few distinct values, almost all ints (kineto writes "Spans", "" for a few)."""
+    uniq = dict.fromkeys(values)
+    if all(type(k) is int for k in uniq):
+        return pa.array(values, type=pa.int64())
+    conv = {k: (k if type(k) is int else _to_int(k)) for k in uniq}
+    return pa.array(list(map(conv.__getitem__, values)), type=pa.int64())
+
+
 def _str_array(values: Sequence[Any]) -> pa.Array:
     try:
         arr = pa.array(values)
@@ -384,7 +411,7 @@ def _dict_array(values: Sequence[Any]) -> pa.DictionaryArray:
     uniq.pop(None, None)
     pos: dict[Any, int] = {k: i for i, k in enumerate(uniq)}
     pos[None] = -1
-    idx = np.fromiter(map(pos.__getitem__, values), dtype=np.int32, count=len(values))
+    idx = np.array(list(map(pos.__getitem__, values)), dtype=np.int32)
     dictionary = pa.array([k if type(k) is str else str(k) for k in uniq], type=pa.string())
     indices = pa.array(idx, mask=idx < 0) if (idx < 0).any() else pa.array(idx)
     return pa.DictionaryArray.from_arrays(indices, dictionary)
@@ -475,22 +502,33 @@ def _convert(
     ph = _dict_array([e.ph if type(e.ph) is str else str(e.ph) for e in evs])
     cat = _dict_array([e.cat for e in evs])
     name = _dict_array([e.name for e in evs])
-    pid = _int_array([e.pid for e in evs])
-    tid = _int_array([e.tid for e in evs])
+    pid = _few_ints([e.pid for e in evs])
+    tid = _few_ints([e.tid for e in evs])
 
+    # All args objects, newline-separated, in one buffer: decoded by msgspec as JSON lines and
+    # reused, sliced by offsets, as the `args` text column (each entry keeps its trailing "\n").
     raws = [e.args for e in evs]
     del evs
-    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    lengths = np.array(list(map(len, raws)), dtype=np.int64)
     has_args = lengths > 0
-    pieces = [r if len(r) else b"" for r in raws]
+    if not has_args.all():
+        for i in np.flatnonzero(~has_args).tolist():
+            raws[i] = b"{}"
+        lengths = np.where(has_args, lengths, 2)
+    text = b"\n".join(raws) + b"\n"
     del raws
-    blob = b"[" + b",".join([p if len(p) else b"null" for p in pieces]) + b"]"
+    args: list[Any]
     try:
-        args: list[Any] = _DEC_ARGS.decode(blob)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        args = [None] * n
-    none = Args()
-    args = [a if a is not None else none for a in args]
+        args = _DEC_ARGS_LINES.decode_lines(text)
+    except msgspec.ValidationError:
+        try:
+            args = _DEC_LOOSE_ARGS_LINES.decode_lines(text)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            args = [LooseArgs()] * n
+    except msgspec.DecodeError:
+        args = [LooseArgs()] * n
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=offsets[1:])
 
     # Device rows: an `args.stream`, or a device category (pid = device, tid = stream).
     cat_codes = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False)
@@ -500,12 +538,29 @@ def _convert(
     dev_cat = np.isin(cat_codes, gpu_codes) & np.isin(
         ph.indices.to_numpy(zero_copy_only=False), ph_x
     )
-    stream_arg = _int_array([a.stream for a in args])
+    typed = bool(args) and type(args[0]) is Args
+
+    def ai(field_: str, type_: pa.DataType = _INT64) -> pa.Array:
+        values = list(map(attrgetter(field_), args))
+        if typed:
+            # msgspec checked every value is an int or None: no inference needed. A 64-bit
+            # value outside int32 (cbid, group_size) becomes null rather than failing.
+            try:
+                return pa.array(values, type=type_)
+            except (pa.ArrowInvalid, OverflowError):
+                pass
+        return _int_array(values, type_)
+
+    def astr(field_: str) -> pa.Array:
+        values = list(map(attrgetter(field_), args))
+        return pa.array(values, type=pa.string()) if typed else _str_array(values)
+
+    stream_arg = ai("stream")
     stream = pc.if_else(pa.array(dev_cat), pc.coalesce(stream_arg, tid), stream_arg)
     is_gpu = pc.is_valid(stream)
-    device_arg = _int_array([a.device for a in args])
+    device_arg = ai("device")
     device = pc.if_else(is_gpu, pc.coalesce(device_arg, pid), pa.nulls(n, pa.int64()))
-    correlation = _int_array([a.correlation for a in args])
+    correlation = ai("correlation")
     in_graph = pc.fill_null(
         pc.is_in(correlation, pa.array(sorted(graph_corrs), type=pa.int64())), False
     )
@@ -519,10 +574,6 @@ def _convert(
                     stats.devices.get(item["values"], 0) + item["counts"]
                 )
 
-    # `args` column: each event's args object as written (one more join, no per-row objects).
-    text = b"".join(pieces)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
     if offsets[n] < 2**31:
         args_all = pa.StringArray.from_buffers(
             n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(text)
@@ -536,7 +587,7 @@ def _convert(
     ph_codes = ph.indices.to_numpy(zero_copy_only=False)
     c_codes = [i for i, p in enumerate(ph.dictionary.to_pylist()) if p == "C"]
     if c_codes:
-        for i in np.flatnonzero(np.isin(ph_codes, c_codes) & has_args):
+        for i in np.flatnonzero(np.isin(ph_codes, c_codes) & has_args).tolist():
             values[i] = _counter_value(text[offsets[i] : offsets[i + 1]])
 
     stats.events += n
@@ -551,15 +602,15 @@ def _convert(
         "device": device.cast(pa.int32(), safe=False),
         "stream": stream,
         "correlation": correlation,
-        "external_id": _int_array([a.external_id for a in args]),
-        "cbid": _int_array([a.cbid for a in args], pa.int32()),
+        "external_id": ai("external_id"),
+        "cbid": ai("cbid", pa.int32()),
         "graph_launched": graph,
-        "collective": _str_array([a.collective for a in args]),
-        "dtype": _str_array([a.dtype for a in args]),
-        "msg_nelems": _int_array([a.msg_nelems for a in args]),
-        "group_size": _int_array([a.group_size for a in args], pa.int32()),
-        "pg_name": _str_array([a.pg_name for a in args]),
-        "bytes": _int_array([a.bytes for a in args]),
+        "collective": astr("collective"),
+        "dtype": astr("dtype"),
+        "msg_nelems": ai("msg_nelems"),
+        "group_size": ai("group_size", pa.int32()),
+        "pg_name": astr("pg_name"),
+        "bytes": ai("bytes"),
         "value": pa.array(values, type=pa.float64()),
         "args": args_json,
     }
