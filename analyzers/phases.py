@@ -18,6 +18,7 @@ from tracekit.analyzers.cycles import assign_cycles, cycles_from_collector
 from tracekit.analyzers.rules import CYCLE, RuleTable, load_rules
 
 from tracekit.errors import StoreError
+from tracekit.store.reader import has_table
 
 INSTANCE_COLUMNS = [
     "rank",
@@ -165,6 +166,12 @@ def all_rank_phases(run_dir: Path, rules: RuleTable | None = None) -> list[RankP
 
 
 def _no_phases(run_dir: Path) -> StoreError:
+    if not (has_table(run_dir, "events") or has_table(run_dir, "phases")):
+        msg = (
+            f"{run_dir}: not a run directory (no `events` or `phases` table in its store); "
+            "create one with `tracekit ingest TRACES -o RUN_DIR` or `tracekit merge RUN_DIR`"
+        )
+        return StoreError(msg)
     msg = (
         f"{run_dir}: no phases found (no `tracekit/<phase>` or known annotation ranges in the "
         "events table, no collector `phases` table); map your trace's range names to phases "

@@ -572,12 +572,15 @@ class Recorder:
                 self.fail("profiler export", exc)
         if self._failed:
             return
-        if self.records == 0 and self._fd is None:
-            self._write_process(end_ns=time.time_ns())
-            return
-        self.flush(final=True)
-        if not self._failed:
-            self._write_process(end_ns=time.time_ns())
+        try:
+            if self.records == 0 and self._fd is None:
+                self._write_process(end_ns=time.time_ns())
+                return
+            self.flush(final=True)
+            if not self._failed:
+                self._write_process(end_ns=time.time_ns())
+        except Exception as exc:  # at exit too: never a traceback in the server's output
+            self.fail("exit", exc)
 
     def after_fork(self) -> None:
         """In a forked child: start a fresh record stream of its own (the parent keeps its)."""
@@ -605,8 +608,13 @@ class Recorder:
 
 def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Raw rows with their site codes resolved: kind, phase, parent (name), target."""
-    by_code = {int(s["code"]): s for s in sites}
     rows: list[dict[str, Any]] = table.to_pylist()
+    if "code" not in table.column_names:
+        # the first record format (tracekit 0.1 before site codes): names written on every row
+        for r in rows:
+            r["seq"] = abs(r["seq"])
+        return rows
+    by_code = {int(s["code"]): s for s in sites}
     for r in rows:
         site = by_code.get(r["code"], {"kind": "phase", "phase": f"code{r['code']}", "target": ""})
         r["kind"] = site["kind"]

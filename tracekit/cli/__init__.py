@@ -19,14 +19,32 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 # command name -> (module, one-line help). Order is the order of `tracekit --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("tracekit.cli.demo", "Run the embedded speculative decoder under tracekit, end to end."),
+    "demo": (
+        "tracekit.cli.demo",
+        "Run the embedded speculative decoder under tracekit, end to end.",
+    ),
     "launch": ("tracekit.cli.launch", "Run a server command with every rank instrumented."),
-    "ingest": ("tracekit.cli.ingest", "Read Kineto traces (torch.profiler, SGLang, vLLM) into a run directory."),
+    "ingest": (
+        "tracekit.cli.ingest",
+        "Read Kineto traces (torch.profiler, SGLang, vLLM) into a run directory.",
+    ),
     "merge": ("tracekit.cli.merge", "Turn raw per-rank collector output into the Parquet store."),
-    "summary": ("tracekit.cli.summary", "Cycle time, acceptance length and per-phase shares of a run."),
-    "breakdown": ("tracekit.cli.breakdown", "Forward / allreduce / overhead of every phase instance."),
-    "temporal": ("tracekit.cli.temporal", "Idle / compute / non-compute time per rank (HTA's definitions)."),
-    "diff": ("tracekit.cli.diff", "What changed between two runs, biggest significant change first."),
+    "summary": (
+        "tracekit.cli.summary",
+        "Cycle time, acceptance length and per-phase shares of a run.",
+    ),
+    "breakdown": (
+        "tracekit.cli.breakdown",
+        "Forward / allreduce / overhead of every phase instance.",
+    ),
+    "temporal": (
+        "tracekit.cli.temporal",
+        "Idle / compute / non-compute time per rank (HTA's definitions).",
+    ),
+    "diff": (
+        "tracekit.cli.diff",
+        "What changed between two runs, biggest significant change first.",
+    ),
     "breakeven": ("tracekit.cli.breakeven", "Acceptance length needed to beat plain decoding."),
     "report": ("tracekit.cli.report", "Write the self-contained HTML report of a run."),
     "perfetto": ("tracekit.cli.perfetto", "Write a native Perfetto trace of a run."),

@@ -109,6 +109,16 @@ def field_fixed64(
     return pieces
 
 
+def _small_varint_field(field: int, values: npt.NDArray[Any]) -> list[Piece]:
+    """`field` with values below 128 (enums): tag and value from a lookup table."""
+    vals = values.astype(np.int64)
+    if vals.min(initial=0) < 0 or vals.max(initial=0) >= 128:
+        return field_varint(field, vals)
+    tag = _tag(field, 0)
+    table = np.array([[*tag, v] for v in range(128)], dtype=np.uint8)
+    return [Piece(table[vals], np.full(vals.shape[0], len(tag) + 1, dtype=np.int64))]
+
+
 def total_len(pieces: list[Piece]) -> I64:
     out = np.zeros(pieces[0].lens.shape[0], dtype=np.int64)
     for p in pieces:
@@ -125,8 +135,18 @@ def field_message(field: int, pieces: list[Piece]) -> list[Piece]:
 def join(pieces: list[Piece]) -> bytes:
     """Concatenate every row's used bytes, row after row."""
     data = np.concatenate([p.data for p in pieces], axis=1)
+    if all(p.lens.min(initial=0) == p.data.shape[1] for p in pieces):
+        full: bytes = data.tobytes()  # every row uses every column
+        return full
+    n = data.shape[0]
     mask = np.concatenate(
-        [np.arange(p.data.shape[1])[None, :] < p.lens[:, None] for p in pieces], axis=1
+        [
+            np.ones((n, p.data.shape[1]), dtype=bool)
+            if p.lens.min(initial=0) == p.data.shape[1]
+            else np.arange(p.data.shape[1])[None, :] < p.lens[:, None]
+            for p in pieces
+        ],
+        axis=1,
     )
     out: bytes = data[mask].tobytes()
     return out
@@ -260,17 +280,25 @@ def track_event_packets(
     if n == 0:
         return b"", np.zeros(0, dtype=np.int64)
     te: list[Piece] = []
-    te += field_varint(9, event_type)
+    te += _small_varint_field(9, np.asarray(event_type))
     if name_iid is not None:
         iid = np.asarray(name_iid)
-        te += field_varint(10, iid, iid != 0)
-    te += field_varint(11, track_uuid)
+        if iid.any():
+            te += field_varint(10, iid, iid != 0)
+    uuid = np.asarray(track_uuid)
+    if uuid.ndim == 0 or (uuid.shape[0] and (uuid == uuid[0]).all()):
+        one = int(uuid) if uuid.ndim == 0 else int(uuid[0])
+        te.append(const(_tag(11, 0) + _varint_bytes(one), n))  # one track: encode once
+    else:
+        te += field_varint(11, uuid)
     if flow_id is not None:
         fid = np.asarray(flow_id)
-        te += field_fixed64(47, fid, fid != 0)
+        if fid.any():
+            te += field_fixed64(47, fid, fid != 0)
     if correlation is not None:
         corr = np.asarray(correlation)
-        te += field_varint(52, corr, corr != 0)
+        if corr.any():
+            te += field_varint(52, corr, corr != 0)
     if extra is not None:
         te.append(extra)  # pre-encoded fields (debug annotations, several flow ids)
     return _packets(ts_a, sequence_id, te)

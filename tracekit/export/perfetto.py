@@ -186,6 +186,7 @@ def export(
 def pq_rows(path: Path) -> int:
     import pyarrow.parquet as pq
 
+    reader.check_schema_version(path)  # a damaged or newer file: StoreError / SchemaError
     return int(pq.ParquetFile(path).metadata.num_rows)
 
 

@@ -30,7 +30,7 @@ def rank_from_distributed_info(info: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if value >= 0 else None  # -1: "not distributed" in some producers
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     return None

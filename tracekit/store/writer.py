@@ -45,9 +45,7 @@ def with_metadata(schema: pa.Schema) -> pa.Schema:
     return schema.with_metadata(meta)
 
 
-def write_partition(
-    run_dir: Path, table: str, rank: int, data: pa.Table, *, part: int = 0
-) -> Path:
+def write_partition(run_dir: Path, table: str, rank: int, data: pa.Table, *, part: int = 0) -> Path:
     """Write `data` as `store/<table>/rank=<rank>/part-<part>.parquet` (temp file + rename)."""
     data = conform(table, data)
     data = data.replace_schema_metadata(with_metadata(data.schema).metadata)
