@@ -229,11 +229,22 @@ def _phases_and_cycles(
                     "source": f"starts_with:{starts_with}",
                 }
             )
+    # with a cycle target a call belongs to a cycle only inside that call's time range: calls
+    # between two cycles (a new request's prefill) carry the last cycle's number in the raw rows
+    spans = {c["cycle"]: (c["start_ns"], c["end_ns"]) for c in cycle_rows}
+
+    def cycle_of(r: dict[str, Any]) -> int:
+        new = renum.get(r["cycle"], -1)
+        span = spans.get(r["cycle"])
+        if new >= 0 and span is not None and not span[0] <= r["start_ns"] <= span[1]:
+            return -1
+        return new
+
     out_phases = []
     for r in phase_rows:
         out_phases.append(
             {
-                "cycle": renum.get(r["cycle"], -1),
+                "cycle": cycle_of(r),
                 "phase": r["phase"],
                 "depth": r["depth"],
                 "parent": r["parent"],

@@ -241,3 +241,25 @@ def test_counters_filed_under_the_rank_that_used_the_gpu(tmp_path: Path) -> None
         "power_w",
         "gpu_util_pct",
     }
+
+
+def test_merge_calls_between_cycles_belong_to_none(tmp_path: Path) -> None:
+    # GIVEN two cycles [0, 70] and [200, 270], and between them a new request's prefill whose
+    # allreduces the recorder stamped with the last cycle's number (0), as it does
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    rows = [
+        rec("phase", 0, "draft", 1, 20),
+        rec("cycle", 0, None, 0, 70),
+        rec("phase", 0, "allreduce", 100, 110),
+        rec("phase", 0, "allreduce", 120, 130),
+        rec("phase", 1, "draft", 201, 220),
+        rec("cycle", 1, None, 200, 270),
+    ]
+    write_proc(raw, 7, rows, rank=0, world=1)
+    # WHEN merged
+    merge(tmp_path)
+    # THEN the prefill's calls are outside every cycle (-1), the drafts in theirs
+    phases = read_table(tmp_path, "phases").sort("start_ns")
+    assert phases["cycle"].to_list() == [0, -1, -1, 1]
