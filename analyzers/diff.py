@@ -10,6 +10,8 @@ environment per rank, packages and commits, versions, GPU clock and power median
 
 from __future__ import annotations
 
+import difflib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +135,11 @@ def _manifest(run_dir: Path) -> dict[str, dict[int, dict[str, str]]]:
     return out
 
 
+# Environment variables that differ between any two runs by construction: tracekit's own
+# per-run settings and the rendezvous port torch.distributed picks at random.
+RUN_SPECIFIC_ENV = ("TRACEKIT_", "MASTER_PORT")
+
+
 def _differs(section: str, va: str | None, vb: str | None) -> bool:
     if va == vb:
         return False
@@ -156,6 +163,8 @@ def manifest_changes(run_a: Path, run_b: Path) -> dict[str, list[dict[str, Any]]
         keys = sorted({k for r in common for k in (*sa[r], *sb[r])})
         entries = []
         for key in keys:
+            if section == "env" and key.startswith(RUN_SPECIFIC_ENV):
+                continue
             ranks = [r for r in common if _differs(section, sa[r].get(key), sb[r].get(key))]
             if not ranks:
                 continue
@@ -168,6 +177,45 @@ def manifest_changes(run_a: Path, run_b: Path) -> dict[str, list[dict[str, Any]]
                 entry["ranks"] = ranks
             entries.append(entry)
         out[section] = entries
+    return out
+
+
+def _run_command(run_dir: Path) -> tuple[list[str], str] | None:
+    """The launched command (run.json) and the run directory it was launched into."""
+    path = Path(run_dir) / "run.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    cmd = data.get("command") if isinstance(data, dict) else None
+    if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
+        return None
+    recorded = _manifest(Path(run_dir))["env"]
+    launched_into = next(
+        (env["TRACEKIT_RUN_DIR"] for env in recorded.values() if "TRACEKIT_RUN_DIR" in env),
+        str(run_dir),
+    )
+    return cmd, launched_into
+
+
+def command_change(run_a: Path, run_b: Path) -> dict[str, list[str]] | None:
+    """Arguments of the launched command that differ (`a`, `b`), paths inside each run's own
+    directory written as `<run>`; None when equal or unknown (ingested runs)."""
+    ca, cb = _run_command(run_a), _run_command(run_b)
+    if ca is None or cb is None:
+        return None
+    norm_a = [t.replace(ca[1], "<run>") for t in ca[0]]
+    norm_b = [t.replace(cb[1], "<run>") for t in cb[0]]
+    if norm_a == norm_b:
+        return None
+    out: dict[str, list[str]] = {"a": [], "b": []}
+    matcher = difflib.SequenceMatcher(a=norm_a, b=norm_b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            # a changed value keeps its option's name (`--verify-mode extend`, not `extend`)
+            flag = norm_a[i1 - 1 : i1] if i1 and norm_a[i1 - 1].startswith("-") else []
+            out["a"] += flag + norm_a[i1:i2]
+            out["b"] += flag + norm_b[j1:j2]
     return out
 
 
@@ -187,6 +235,7 @@ def headline(
     manifest: dict[str, list[dict[str, Any]]],
     *,
     env_known: bool,
+    command: dict[str, list[str]] | None = None,
 ) -> list[str]:
     """A few plain sentences, most important first."""
     lines: list[str] = []
@@ -228,6 +277,11 @@ def headline(
         if p["a_count"] == 0 or p["b_count"] == 0:
             only, n = ("B", p["b_count"]) if p["a_count"] == 0 else ("A", p["a_count"])
             lines.append(f"{name} appears only in {only} ({n} instances).")
+    if command is not None:
+        lines.append(
+            f"The server command changed: `{' '.join(command['a']) or '(nothing)'}` in A, "
+            f"`{' '.join(command['b']) or '(nothing)'}` in B."
+        )
     pkgs = manifest.get("packages", [])
     if pkgs:
         shown = ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in pkgs[:4])
@@ -289,11 +343,13 @@ def diff_runs(
     phases = phase_changes(a, b, resamples=resamples, seed=seed)
     manifest = manifest_changes(Path(run_a), Path(run_b))
     env_known = bool(_manifest(Path(run_a))["env"]) and bool(_manifest(Path(run_b))["env"])
+    command = command_change(Path(run_a), Path(run_b))
     return {
         "a": str(run_a),
         "b": str(run_b),
         "ranks": world_a,
-        "headline": headline(phases, manifest, env_known=env_known),
+        "headline": headline(phases, manifest, env_known=env_known, command=command),
         "phases": phases,
         "manifest": manifest,
+        "command": command,
     }

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 import pytest
-from tracekit.analyzers.diff import bootstrap_ci, diff_runs, manifest_changes
+from tracekit.analyzers.diff import bootstrap_ci, command_change, diff_runs, manifest_changes
 from tracekit.analyzers.kernels import top_kernels
 
 from tests.unit.analyzers import scenarios
@@ -119,3 +120,34 @@ def test_too_few_instances_are_never_significant(tmp_path: Path) -> None:
     verify = d["phases"]["verify"]
     assert verify["delta_ms"] == pytest.approx((7800 - 2000) / 1e6)
     assert not verify["significant"]
+
+
+def test_command_change_names_the_changed_arguments(tmp_path: Path) -> None:
+    # GIVEN two launched runs whose commands differ in one option's value and in a path inside
+    # each run's own directory, and whose per-run environment differs as it always does
+    runs = {}
+    for name, mode in (("a", "extend"), ("b", "graph")):
+        run = tmp_path / name
+        cmd = ["python", "-m", "srv", "--result", f"/x/{name}/out.json", "--verify-mode", mode]
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"command": cmd}))
+        write_rows(
+            run,
+            "manifests",
+            0,
+            [
+                {"section": "env", "key": "TRACEKIT_RUN_DIR", "value": f"/x/{name}"},
+                {"section": "env", "key": "MASTER_PORT", "value": str(len(name) + ord(name))},
+            ],
+        )
+        runs[name] = run
+    # WHEN compared
+    change = command_change(runs["a"], runs["b"])
+    manifest = manifest_changes(runs["a"], runs["b"])
+    # THEN only the option that changed is named, with its flag; run paths and the per-run
+    # environment are not changes
+    assert change == {"a": ["--verify-mode", "extend"], "b": ["--verify-mode", "graph"]}
+    assert manifest["env"] == []
+    # and a run without run.json (ingested traces) has no command to compare
+    (runs["b"] / "run.json").unlink()
+    assert command_change(runs["a"], runs["b"]) is None
