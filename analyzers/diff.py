@@ -263,7 +263,16 @@ def headline(
         ia, ib = _dominant(p["allreduce_impl"]["a"]), _dominant(p["allreduce_impl"]["b"])
         if ia != ib:
             lines.append(f"{name}'s allreduce changed from {ia or 'none'} to {ib or 'none'}.")
-    if not any(p["significant"] for p in phases.values()):
+    common = [n for n, p in phases.items() if p["a_count"] and p["b_count"]]
+    if phases and not common:
+        only_a = [n for n, p in phases.items() if p["a_count"]]
+        only_b = [n for n, p in phases.items() if p["b_count"]]
+        lines.append(
+            f"A and B have no phase in common: A ran {', '.join(only_a) or 'none'}, "
+            f"B ran {', '.join(only_b) or 'none'} (for plain against speculative decoding, "
+            "`tracekit breakeven --baseline A --spec B` compares them)."
+        )
+    elif not any(p["significant"] for p in phases.values()):
         both = [(n, p) for n, p in phases.items() if p["delta_ms"] is not None]
         biggest = both[0] if both else None
         if biggest:
@@ -274,7 +283,7 @@ def headline(
         else:
             lines.append("No phase changed significantly.")
     for name, p in phases.items():
-        if p["a_count"] == 0 or p["b_count"] == 0:
+        if common and (p["a_count"] == 0 or p["b_count"] == 0):
             only, n = ("B", p["b_count"]) if p["a_count"] == 0 else ("A", p["a_count"])
             lines.append(f"{name} appears only in {only} ({n} instances).")
     if command is not None:

@@ -350,11 +350,17 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
                 "break-even acceptance length", "n/a", "no plain-decoding baseline (--baseline RUN)"
             )
         )
+    per_phase = [
+        f"{name} {100 * v['graph_replayed_frac']:.0f}%"
+        for name, v in sm.get("phases", {}).items()
+        if v.get("graph_replayed_frac") is not None
+    ]
     cards.append(
         _card(
             "cycles with graph replay",
             fmt(None if share is None else 100 * share, 1, " %"),
-            "share of (rank, cycle) with a CUDA graph launch",
+            "share of (rank, cycle) with a CUDA graph launch"
+            + (f"; instances replayed: {', '.join(per_phase)}" if per_phase else ""),
         )
     )
     notes = []

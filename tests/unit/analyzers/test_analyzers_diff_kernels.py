@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
-from tracekit.analyzers.diff import bootstrap_ci, command_change, diff_runs, manifest_changes
+from tracekit.analyzers.diff import (
+    bootstrap_ci,
+    command_change,
+    diff_runs,
+    headline,
+    manifest_changes,
+)
 from tracekit.analyzers.kernels import top_kernels
 
 from tests.unit.analyzers import scenarios
@@ -151,3 +158,18 @@ def test_command_change_names_the_changed_arguments(tmp_path: Path) -> None:
     # and a run without run.json (ingested traces) has no command to compare
     (runs["b"] / "run.json").unlink()
     assert command_change(runs["a"], runs["b"]) is None
+
+
+def test_diff_without_a_common_phase_says_so() -> None:
+    # GIVEN a plain-decoding run (decode only) against a speculative one (draft, verify)
+    def phase(a: int, b: int) -> dict[str, Any]:
+        return {"a_count": a, "b_count": b, "significant": False, "delta_ms": None}
+
+    phases = {"decode": phase(40, 0), "draft": phase(0, 40), "verify": phase(0, 40)}
+    # WHEN the headline is written
+    lines = headline(phases, {}, env_known=False)
+    # THEN it names what each ran instead of "no phase changed" and one line per phase
+    assert lines == [
+        "A and B have no phase in common: A ran decode, B ran draft, verify (for plain against "
+        "speculative decoding, `tracekit breakeven --baseline A --spec B` compares them)."
+    ]
