@@ -9,9 +9,10 @@ In priority order, each step written out before the next starts (the budget skip
 1. versions (torch, CUDA, cuDNN, NCCL, driver, GPU) and the CPU cost of one wrapped call
    (tracekit's light recorder, in this process: outermost calls record two CUDA events, nested
    ones an NVTX range and two host clocks);
-2. the sample runs: baseline decode with CUDA graphs, speculative with verify `extend` and
-   verify `graph`, each under `tracekit launch --no-merge` in light mode and in full mode (a
-   torch.profiler window of 3 cycles); tarred to `runs_main.tar.gz`;
+2. the sample runs (`--ranks N`: N ranks, one a GPU, NCCL): baseline decode with CUDA graphs,
+   speculative with verify `extend` and verify `graph`, each under `tracekit launch --no-merge`
+   in light mode and in full mode (a torch.profiler window of 3 cycles); tarred to
+   `runs_main.tar.gz`;
 3. two ranks on the one GPU (NCCL refuses two ranks a GPU, so the demo uses gloo, eager);
    `runs_gloo.tar.gz`;
 4. the overhead runs: uninstrumented and light-mode runs of each path alternating, more cycles,
@@ -237,11 +238,12 @@ class Suite:
     def samples(self) -> None:
         a = self.args
         names = []
+        prefix = f"tp{a.ranks}_" if a.ranks > 1 else ""
         for path in PATHS:
             for mode in ("light", "full"):
-                name = f"{path}_{mode}"
+                name = f"{prefix}{path}_{mode}"
                 prof = a.profile if mode == "full" else None
-                self.run(name, path, cycles=a.sample_cycles, mode=mode, profile=prof)
+                self.run(name, path, cycles=a.sample_cycles, mode=mode, profile=prof, ranks=a.ranks)
                 names.append(name)
         self.tar(names, "runs_main.tar.gz")
 
@@ -424,6 +426,9 @@ def main() -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--model-size", default="large")
     ap.add_argument("--budget-s", type=float, default=540.0)
+    ap.add_argument(
+        "--ranks", type=int, default=1, help="ranks of the sample runs (one a GPU, NCCL)"
+    )
     ap.add_argument("--sample-cycles", type=int, default=40)
     ap.add_argument("--profile", default="10:3", help="full mode's --profile-cycles")
     ap.add_argument("--gloo-cycles", type=int, default=16)
