@@ -274,6 +274,8 @@ def base_time_ns(trace: RawTrace) -> int | None:
     value = meta_value(trace, "baseTimeNanoseconds")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if not 0 <= value < 2**63:  # not a time since the epoch in int64 ns (or NaN)
+        return None
     return int(value)
 
 
@@ -322,8 +324,8 @@ def exact_ns(values: Sequence[Any], *, relative: bool) -> tuple[np.ndarray, np.n
     n = len(values)
     try:
         arr = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        arr = pa.array([v if type(v) in (int, float) else None for v in values], type=pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints past int64
+        arr = pa.array([_as_float(v) for v in values], type=pa.float64())
     if pa.types.is_null(arr.type):
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     if pa.types.is_integer(arr.type):
@@ -332,7 +334,7 @@ def exact_ns(values: Sequence[Any], *, relative: bool) -> tuple[np.ndarray, np.n
         valid &= np.abs(ints) < _MAX_US
         return np.where(valid, ints, 0) * 1000, valid
     if not pa.types.is_floating(arr.type):
-        arr = pa.array([v if type(v) in (int, float) else None for v in values], type=pa.float64())
+        arr = pa.array([_as_float(v) for v in values], type=pa.float64())
     x = arr.fill_null(np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
     valid = np.isfinite(x) & (np.abs(x) < _MAX_US)  # beyond int64 ns: not a time
     x = np.where(valid, x, 0.0)
@@ -353,18 +355,35 @@ def exact_ns(values: Sequence[Any], *, relative: bool) -> tuple[np.ndarray, np.n
     return out, valid
 
 
-def _to_int(v: Any) -> int | None:
+def _as_float(v: Any) -> float | None:
+    """A JSON number as a float (None for other types and ints too large to be a time)."""
     t = type(v)
+    if t is float:
+        return float(v)
     if t is int:
-        return int(v)
-    if t is str:
-        s = v.strip()
-        if s.lstrip("-").isdigit():
-            return int(s)
-        return None
-    if t is float and v == v and abs(v) < 2**62 and v == int(v):
-        return int(v)
+        return float(v) if abs(v) < 2**63 else None
     return None
+
+
+_I64 = 2**63
+
+
+def _to_int(v: Any) -> int | None:
+    """An int64 from an int, a float holding a whole number, or a string of digits."""
+    t = type(v)
+    out: int | None = None
+    if t is int:
+        out = int(v)
+    elif t is str:
+        s = v.strip()
+        if 0 < len(s) <= 20 and s.lstrip("-").isdecimal():
+            try:
+                out = int(s)
+            except ValueError:  # "--5"
+                return None
+    elif t is float and v == v and abs(v) < 2**62 and v == int(v):
+        out = int(v)
+    return out if out is not None and -_I64 <= out < _I64 else None
 
 
 _INT64 = pa.int64()
@@ -378,7 +397,7 @@ def _int_array(values: Sequence[Any], type_: pa.DataType = _INT64) -> pa.Array:
             return arr.cast(type_)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
-    ints = [v if (v is None or type(v) is int) else _to_int(v) for v in values]
+    ints = [None if v is None else _to_int(v) for v in values]
     if type_ == pa.int32():
         ints = [v if v is None or -(2**31) <= v < 2**31 else None for v in ints]
     return pa.array(ints, type=type_)
@@ -387,9 +406,9 @@ def _int_array(values: Sequence[Any], type_: pa.DataType = _INT64) -> pa.Array:
 def _few_ints(values: Sequence[Any]) -> pa.Array:
     """pid/tid: few distinct values, almost all ints (kineto writes "Spans", "" for a few)."""
     uniq = dict.fromkeys(values)
-    if all(type(k) is int for k in uniq):
+    if all(type(k) is int and -_I64 <= k < _I64 for k in uniq):
         return pa.array(values, type=pa.int64())
-    conv = {k: (k if type(k) is int else _to_int(k)) for k in uniq}
+    conv = {k: _to_int(k) for k in uniq}
     return pa.array(list(map(conv.__getitem__, values)), type=pa.int64())
 
 
@@ -425,17 +444,18 @@ def decode_events(trace: RawTrace) -> list[Any]:
         blob = trace.events
     try:
         return _DEC_EVENTS.decode(blob)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, msgspec.DecodeError):
         pass
     try:
         evs = _DEC_LOOSE.decode(blob)
-    except msgspec.ValidationError:
-        # Some elements are not objects (a number, null, a list): keep the events that are.
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        # Some elements are not objects (a number, null, a list) or hold bytes that are not
+        # UTF-8: keep the events that decode.
         evs = []
         for raw in _DEC_RAWLIST.decode(blob):
             try:
                 evs.append(_DEC_LOOSE_ONE.decode(raw))
-            except msgspec.ValidationError:
+            except (msgspec.ValidationError, msgspec.DecodeError):
                 continue
     for e in evs:  # names and phases of other JSON types: strings, as the fast path has them
         if type(e.ph) is not str:
@@ -485,6 +505,8 @@ def _convert(
     evs: list[Any], *, offset: int, relative: bool, graph_corrs: set[int], stats: BatchStats
 ) -> pa.Table:
     ts_ns, ts_ok = exact_ns([e.ts for e in evs], relative=relative)
+    if offset:
+        ts_ok &= ts_ns + np.int64(offset) >= ts_ns  # past int64 with the base time: not a time
     if not ts_ok.all():
         keep = np.flatnonzero(ts_ok)
         stats.skipped += len(evs) - len(keep)

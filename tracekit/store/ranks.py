@@ -21,6 +21,8 @@ NAME_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?<![A-Za-z])tp[-_]?(\d+)", re.IGNORECASE),
 )
 
+MAX_RANK = 2**31  # ranks are int32 in the store; a larger number is not a rank
+
 
 def rank_from_distributed_info(info: Any) -> int | None:
     """`distributedInfo.rank` as an int, or None when absent or not a number."""
@@ -30,9 +32,10 @@ def rank_from_distributed_info(info: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None  # -1: "not distributed" in some producers
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
+        return value if 0 <= value < MAX_RANK else None  # -1: "not distributed" in some producers
+    if isinstance(value, str) and value.strip().isdecimal():
+        rank = int(value)
+        return rank if rank < MAX_RANK else None
     return None
 
 
@@ -41,7 +44,7 @@ def rank_from_name(path: Path) -> int | None:
     name = path.name
     for pattern in NAME_PATTERNS:
         m = pattern.search(name)
-        if m:
+        if m and len(m.group(1)) < 10 and int(m.group(1)) < MAX_RANK:
             return int(m.group(1))
     return None
 
