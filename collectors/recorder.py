@@ -57,6 +57,10 @@ SITES_FILE = "sites.json"
 PROCESS_FILE = "process.json"
 MANIFEST_FILE = "manifest.json"
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+# At exit the last phases' CUDA events are waited for, but never longer than this in all: a
+# device stuck on a peer that is gone (a collective whose other ranks exited) must not keep the
+# server's process from exiting. Phases left unresolved keep their CPU times.
+EXIT_GPU_WAIT_S = 2.0
 
 
 def raw_schema() -> Any:
@@ -425,10 +429,13 @@ class Recorder:
             return
         ref, ref_ns = self._gpu_ref
         keep: list[tuple[int, Any, Any]] = []
+        deadline = time.monotonic() + EXIT_GPU_WAIT_S
         for seq, ev0, ev1 in self._gpu_pending:
-            if wait:
-                ev1.synchronize()
-            elif not ev1.query():
+            done = ev1.query()
+            while wait and not done and time.monotonic() < deadline:
+                time.sleep(0.0005)  # polled, not synchronize(): bounded, never hangs the exit
+                done = ev1.query()
+            if not done:
                 keep.append((seq, ev0, ev1))
                 continue
             self._gpu_done[seq] = (
@@ -473,7 +480,7 @@ class Recorder:
             try:
                 self._last_flush = time.time_ns()
                 self._resolve_gpu(wait=final)
-                if self._gpu_pending:
+                if self._gpu_pending and not final:
                     pending = {seq for seq, _, _ in self._gpu_pending}
                     ready = [r for r in self._buf if r[5] not in pending]
                     self._buf = [r for r in self._buf if r[5] in pending]

@@ -258,3 +258,73 @@ def test_cuda_graph_replays_are_counted_per_phase(tmp_path: Path) -> None:
     assert CUDAGraph.replay.__doc__ == "Replay the graph."
     got = {r["phase"]: r["graph_replays"] for r in _records(rec)}
     assert got == {"verify": 2, "draft": 0}
+
+
+class _StuckCuda:
+    """torch.cuda as the recorder uses it, on a device whose later work never completes (a
+    collective waiting for a peer that has exited)."""
+
+    _initialized = True
+
+    def __init__(self, complete: int) -> None:
+        self.recorded = 0
+        self.complete = complete
+        self.synchronized = 0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.n = -1
+
+            def record(self) -> None:
+                cuda.recorded += 1
+                self.n = cuda.recorded
+
+            def query(self) -> bool:
+                return self.n <= cuda.complete
+
+            def synchronize(self) -> None:
+                if not self.query():
+                    raise AssertionError("would block forever")
+
+            def elapsed_time(self, other: Event) -> float:
+                return float(other.n)
+
+        self.Event = Event
+
+    def is_current_stream_capturing(self) -> bool:
+        return False
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+
+def test_exit_never_waits_forever_for_the_gpu(tmp_path: Path) -> None:
+    import time
+
+    from tracekit.collectors import recorder as recorder_mod
+
+    # GIVEN a recorder on a CUDA device whose events after the 6th never complete
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=1000, flush_seconds=60))
+    cuda = _StuckCuda(complete=6)
+    rec._is_compiling = lambda: False
+    rec._cuda = cuda
+    st, _ar = _program(rec)
+    # WHEN the program runs 5 cycles (2 events each, plus the calibration event) and exits
+    for i in range(5):
+        st(i)
+    t = time.monotonic()
+    rec.close()
+    waited = time.monotonic() - t
+    # THEN the exit waited at most the bound, and every record was written: the first cycles
+    # with GPU times, the stuck ones with their CPU times only
+    assert waited < recorder_mod.EXIT_GPU_WAIT_S + 1.0
+    rows = _records(rec)
+    cycles = [r for r in rows if r["kind"] == "cycle"]
+    assert len(cycles) == 5
+    assert len([r for r in rows if r["phase"] == "allreduce"]) == 10
+    outer = [r for r in rows if r["kind"] == "phase" and r["depth"] == 0]
+    with_gpu = [r for r in outer if r["gpu_start_ns"] is not None]
+    assert len(outer) == 10
+    assert 1 <= len(with_gpu) < 10
+    assert all(r["start_ns"] < r["end_ns"] for r in rows)
