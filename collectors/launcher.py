@@ -38,7 +38,7 @@ from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.resolve import FOUND, UNKNOWN, installed_module_file, resolve_all
 
 from tracekit._version import __version__
-from tracekit.errors import CollectorError
+from tracekit.errors import CollectorError, TracekitError
 from tracekit.store.layout import RunLayout
 from tracekit.store.schema import SCHEMA_VERSION
 
@@ -403,6 +403,13 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
             warn(
                 f"could not merge {run_dir} ({exc.strerror or exc}); the raw data is kept: "
                 f"free some space, then run `tracekit merge {run_dir}`"
+            )
+        except TracekitError as exc:
+            warn(f"could not merge {run_dir}: {exc}; the raw data is kept")
+        except Exception as exc:  # a bug in merge must not change the command's exit code
+            warn(
+                f"could not merge {run_dir} ({type(exc).__name__}: {exc}); the raw data is "
+                f"kept: run `tracekit merge {run_dir}` to see the error, and report it"
             )
     return result
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
@@ -40,6 +41,7 @@ class ProcessData:
     records: list[dict[str, Any]]
     complete: bool  # record stream ended with its end-of-stream marker
     read_error: str | None = None
+    damaged: str | None = None  # why none of its records could be read, naming the file
     rank: int | None = None
     rank_source: str = ""
     kineto: Path | None = None
@@ -93,22 +95,83 @@ def read_stream(path: Path) -> tuple[pa.Table | None, bool, str | None]:
 
 
 def _load_json(path: Path) -> dict[str, Any]:
+    return _read_json(path)[0]
+
+
+def _read_json(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A JSON object from `path`, or ({}, why not) (None when the file does not exist)."""
     try:
         data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, ValueError) as exc:
+        return {}, f"not readable JSON ({str(exc).splitlines()[0][:80]})"
+    if not isinstance(data, dict):
+        return {}, f"a JSON {type(data).__name__}, not an object"
+    return data, None
+
+
+def _as_int(value: Any, low: int = 0, high: int = 2**31) -> int | None:
+    """A rank or world size from a JSON value: an int (or a string of digits) in [low, high)."""
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) < 10:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if low <= value < high else None
+
+
+_SITE_KINDS = ("phase", "cycle")
+_RECORD_KEYS = ("kind", "cycle", "depth", "start_ns", "end_ns", "seq")
+
+
+def _valid_sites(data: dict[str, Any]) -> list[dict[str, Any]] | None:
+    sites = data.get("sites")
+    if not isinstance(sites, list):
+        return None
+    for site in sites:
+        if not (
+            isinstance(site, dict)
+            and type(site.get("code")) is int
+            and site.get("kind") in _SITE_KINDS
+            and isinstance(site.get("phase"), str)
+            and isinstance(site.get("target", ""), str)
+        ):
+            return None
+    return sites
+
+
+def _read_records(d: Path, table: pa.Table) -> tuple[list[dict[str, Any]], str | None]:
+    """Decoded records of one process, or ([], why they cannot be used)."""
+    from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, decode, raw_schema
+
+    if "code" in table.column_names:
+        try:
+            table = table.select(raw_schema().names).cast(raw_schema())
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            names = ", ".join(table.column_names)[:120]
+            return [], f"{d / RECORDS_FILE}: not a tracekit record stream (columns {names})"
+        data, why = _read_json(d / SITES_FILE)
+        sites = _valid_sites(data)
+        if sites is None:
+            why = why or ("missing" if not data else "not a tracekit site table")
+            return [], f"{d / SITES_FILE}: {why}, so its records cannot be named"
+    elif not set(_RECORD_KEYS) <= set(table.column_names):
+        names = ", ".join(table.column_names)[:120]
+        return [], f"{d / RECORDS_FILE}: not a tracekit record stream (columns {names})"
+    else:
+        sites = []
+    keep = None
+    for key in ("cycle", "depth", "start_ns", "end_ns", "seq"):
+        valid = pc.is_valid(table.column(key))
+        keep = valid if keep is None else pc.and_(keep, valid)
+    if keep is not None:
+        table = table.filter(keep)
+    return decode(table, sites), None
 
 
 def read_processes(raw: Path) -> list[ProcessData]:
     from tracekit.collectors.profiler import KINETO_FILE
-    from tracekit.collectors.recorder import (
-        MANIFEST_FILE,
-        PROCESS_FILE,
-        RECORDS_FILE,
-        SITES_FILE,
-        decode,
-    )
+    from tracekit.collectors.recorder import MANIFEST_FILE, PROCESS_FILE, RECORDS_FILE
 
     out = []
     for d in sorted(raw.glob("pid-*"), key=lambda p: p.name):
@@ -116,57 +179,80 @@ def read_processes(raw: Path) -> list[ProcessData]:
             pid = int(d.name[4:])
         except ValueError:
             continue
-        info = _load_json(d / PROCESS_FILE)
+        info, info_error = _read_json(d / PROCESS_FILE)
         manifest = _load_json(d / MANIFEST_FILE)
         rec_path = d / RECORDS_FILE
         records: list[dict[str, Any]] = []
-        complete, err = False, None
+        complete, err, damaged = False, None, None
         if rec_path.exists():
             table, complete, err = read_stream(rec_path)
             if table is not None and table.num_rows:
-                records = decode(table, _load_json(d / SITES_FILE).get("sites", []))
+                records, damaged = _read_records(d, table)
+            elif err:
+                damaged = f"{rec_path}: {err}"
         kineto = d / KINETO_FILE
-        out.append(
-            ProcessData(
-                pid=pid,
-                dir=d,
-                info=info,
-                manifest={k: v for k, v in manifest.items() if isinstance(v, dict)},
-                records=records,
-                complete=complete,
-                read_error=err,
-                kineto=kineto if kineto.exists() else None,
-            )
+        proc = ProcessData(
+            pid=pid,
+            dir=d,
+            info=info,
+            manifest={
+                str(k): {str(kk): vv for kk, vv in v.items()}
+                for k, v in manifest.items()
+                if isinstance(v, dict)
+            },
+            records=records,
+            complete=complete,
+            read_error=err,
+            damaged=damaged,
+            kineto=kineto if kineto.exists() else None,
         )
+        if info_error:
+            proc.damaged = proc.damaged or f"{d / PROCESS_FILE}: {info_error}"
+            proc.info = {}
+        out.append(proc)
     return out
 
 
+def _rank_info(p: ProcessData) -> dict[str, Any]:
+    ri = p.info.get("rank_info")
+    return ri if isinstance(ri, dict) else {}
+
+
 def _assign_ranks(procs: list[ProcessData], warnings: list[str]) -> None:
+    from tracekit.collectors.recorder import PROCESS_FILE
+
+    bad: dict[int, str] = {}
     for p in procs:
-        ri = p.info.get("rank_info") or {}
-        if "dist_rank" in ri:
-            p.rank, p.rank_source = int(ri["dist_rank"]), "torch.distributed"
-        elif "env_rank" in ri:
-            p.rank, p.rank_source = int(ri["env_rank"]), "RANK"
+        ri = _rank_info(p)
+        for key, source in (("dist_rank", "torch.distributed"), ("env_rank", "RANK")):
+            if key in ri:
+                rank = _as_int(ri[key])
+                if rank is not None:
+                    p.rank, p.rank_source = rank, source
+                    break
+                bad[p.pid] = f"{p.dir / PROCESS_FILE} gives rank {str(ri[key])[:40]!r}"
     with_records = [p for p in procs if p.n_records]
     unranked = [p for p in with_records if p.rank is None]
-    if unranked and len(with_records) == 1:
+    if unranked and len(with_records) == 1 and not bad and not unranked[0].damaged:
         unranked[0].rank, unranked[0].rank_source = 0, "single process"
     elif unranked:
         for p in unranked:
+            why = bad.get(p.pid) or p.damaged or "no torch.distributed rank, no RANK variable"
             warnings.append(
-                f"pid {p.pid} recorded {p.n_records} calls but its rank is unknown (no torch.distributed "
-                "rank, no RANK variable); its records are left out"
+                f"pid {p.pid} recorded {p.n_records} calls but its rank is unknown ({why}); its "
+                "records are left out"
             )
+            p.damaged = None  # said here
 
 
 def _world_size(procs: list[ProcessData]) -> int | None:
     sizes = []
     for p in procs:
-        ri = p.info.get("rank_info") or {}
+        ri = _rank_info(p)
         for key in ("dist_world_size", "env_world_size"):
-            if key in ri:
-                sizes.append(int(ri[key]))
+            size = _as_int(ri.get(key), low=1)
+            if size is not None:
+                sizes.append(size)
                 break
     return max(sizes) if sizes else None
 
@@ -180,14 +266,22 @@ def _phases_and_cycles(
     cycle_rows = [r for r in rows if r["kind"] == "cycle"]
     require = pmap_cycle.get("require")
     starts_with = pmap_cycle.get("starts_with")
-    by_cycle: dict[int, list[dict[str, Any]]] = {}
-    for r in phase_rows:
-        by_cycle.setdefault(r["cycle"], []).append(r)
+    # Raw cycle numbers count per process. When several processes of one rank recorded cycles
+    # (a restarted rank), a cycle is (pid, number), ordered by its start; else just the number.
+    owners = {r.get("pid") for r in (cycle_rows or [r for r in phase_rows if r["cycle"] >= 0])}
+    per_pid = len(owners) > 1
 
-    def qualifies(raw_cycle: int) -> bool:
+    def key(r: dict[str, Any]) -> tuple[int, int]:
+        return (r.get("pid") or 0, r["cycle"]) if per_pid else (0, r["cycle"])
+
+    by_cycle: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in phase_rows:
+        by_cycle.setdefault(key(r), []).append(r)
+
+    def qualifies(raw_cycle: tuple[int, int]) -> bool:
         return require is None or any(r["phase"] == require for r in by_cycle.get(raw_cycle, []))
 
-    def phase_accept(raw_cycle: int) -> float | None:
+    def phase_accept(raw_cycle: tuple[int, int]) -> float | None:
         vals = [
             r["accept_len"]
             for r in by_cycle.get(raw_cycle, [])
@@ -196,14 +290,16 @@ def _phases_and_cycles(
         return vals[-1] if vals else None
 
     cycles: list[dict[str, Any]] = []
-    renum: dict[int, int] = {}
+    renum: dict[tuple[int, int], int] = {}
     if cycle_rows:
-        for c in sorted(cycle_rows, key=lambda r: r["cycle"]):
-            if not qualifies(c["cycle"]) or c["cycle"] in renum:
+        order = (lambda r: (r["start_ns"], r["cycle"])) if per_pid else (lambda r: r["cycle"])
+        for c in sorted(cycle_rows, key=order):
+            k = key(c)
+            if not qualifies(k) or k in renum:
                 continue
             new = len(renum)
-            renum[c["cycle"]] = new
-            acc = c["accept_len"] if c["accept_len"] is not None else phase_accept(c["cycle"])
+            renum[k] = new
+            acc = c["accept_len"] if c["accept_len"] is not None else phase_accept(k)
             cycles.append(
                 {
                     "cycle": new,
@@ -214,7 +310,11 @@ def _phases_and_cycles(
                 }
             )
     elif starts_with:
-        for raw_cycle in sorted(k for k in by_cycle if k >= 0):
+        firsts = {k: min(r["start_ns"] for r in group) for k, group in by_cycle.items()}
+        started = [k for k in by_cycle if k[1] >= 0]
+        for raw_cycle in (
+            sorted(started, key=lambda k: (firsts[k], k)) if per_pid else sorted(started)
+        ):
             if not qualifies(raw_cycle):
                 continue
             group = by_cycle[raw_cycle]
@@ -231,11 +331,11 @@ def _phases_and_cycles(
             )
     # with a cycle target a call belongs to a cycle only inside that call's time range: calls
     # between two cycles (a new request's prefill) carry the last cycle's number in the raw rows
-    spans = {c["cycle"]: (c["start_ns"], c["end_ns"]) for c in cycle_rows}
+    spans = {key(c): (c["start_ns"], c["end_ns"]) for c in cycle_rows}
 
     def cycle_of(r: dict[str, Any]) -> int:
-        new = renum.get(r["cycle"], -1)
-        span = spans.get(r["cycle"])
+        new = renum.get(key(r), -1)
+        span = spans.get(key(r))
         if new >= 0 and span is not None and not span[0] <= r["start_ns"] <= span[1]:
             return -1
         return new
@@ -274,14 +374,17 @@ def _manifest_rows(p: ProcessData, run: dict[str, Any]) -> Iterator[tuple[str, s
     yield "process", "via", str(p.info.get("via", ""))
     if run.get("adapter"):
         yield "process", "run_adapter", str(run["adapter"])
-    for t in p.info.get("patched") or []:
-        yield "targets", t, "patched"
-    for t, why in (p.info.get("unresolved") or {}).items():
-        yield "targets", t, f"unresolved: {why}"
+    patched = p.info.get("patched")
+    for t in patched if isinstance(patched, list) else []:
+        yield "targets", str(t), "patched"
+    unresolved = p.info.get("unresolved")
+    for t, why in (unresolved if isinstance(unresolved, dict) else {}).items():
+        yield "targets", str(t), f"unresolved: {why}"
 
 
 def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[int, pa.Table]:
     from tracekit.collectors.nvml import COUNTERS_FILE, GPUS_FILE
+    from tracekit.collectors.nvml import _schema as _nvml_schema
 
     path = raw / "nvml" / COUNTERS_FILE
     if not path.exists():
@@ -293,11 +396,21 @@ def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[
         )
     if table is None or table.num_rows == 0:
         return {}
+    try:
+        table = table.select(_nvml_schema().names).cast(_nvml_schema())
+    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        warnings.append(f"{path}: not tracekit NVML samples; no GPU counters merged")
+        return {}
+    table = table.filter(pc.is_valid(table.column("gpu")))
     gpus = _load_json(raw / "nvml" / GPUS_FILE).get("gpus", [])
-    uuid_to_index = {str(g.get("uuid")): int(g.get("index")) for g in gpus if g.get("uuid")}
+    uuid_to_index = {
+        str(g["uuid"]): g["index"]
+        for g in (gpus if isinstance(gpus, list) else [])
+        if isinstance(g, dict) and g.get("uuid") and _as_int(g.get("index")) is not None
+    }
     index_to_rank: dict[int, int] = {}
     for p in procs:
-        uuid = p.manifest.get("device", {}).get("uuid", "")
+        uuid = str(p.manifest.get("device", {}).get("uuid", ""))
         if p.rank is None or not uuid:
             continue
         for u, idx in uuid_to_index.items():
@@ -330,6 +443,16 @@ def merge(run_dir: Path | str) -> MergeResult:
 
     procs = read_processes(layout.raw)
     _assign_ranks(procs, warnings)
+    explained: set[int] = set()
+    for p in procs:
+        if p.damaged:
+            who = f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}"
+            warnings.append(
+                f"{p.damaged}; nothing of {who} could be merged (killed before its first flush, "
+                "or the file is damaged); merged the others"
+            )
+            if p.rank is not None:
+                explained.add(p.rank)
     by_rank: dict[int, list[ProcessData]] = {}
     for p in procs:
         if p.rank is not None and (p.n_records or p.manifest):
@@ -349,6 +472,13 @@ def merge(run_dir: Path | str) -> MergeResult:
                 )
                 if rank not in result.partial_ranks:
                     result.partial_ranks.append(rank)
+        owners = sorted({r["pid"] for r in recs if r["kind"] == "cycle"})
+        if len(owners) > 1:
+            warnings.append(
+                f"rank {rank}: processes {', '.join(map(str, owners))} each recorded cycles (a "
+                "restarted rank, or two processes with one RANK); all kept, numbered in time "
+                "order; check the RANK of each process if that is not expected"
+            )
         if recs:
             phases, cycles = _phases_and_cycles(recs, cycle_cfg)
             write_partition(run_dir, "phases", rank, pa.Table.from_pylist(phases))
@@ -383,9 +513,10 @@ def merge(run_dir: Path | str) -> MergeResult:
     world = _world_size(procs)
     if world is not None:
         result.missing_ranks = [r for r in range(world) if r not in result.ranks]
-        if result.missing_ranks:
+        unexplained = [r for r in result.missing_ranks if r not in explained]
+        if unexplained:
             warnings.append(
-                f"ranks {result.missing_ranks} of {world} recorded nothing (not instrumented, or killed before "
+                f"ranks {unexplained} of {world} recorded nothing (not instrumented, or killed before "
                 "their first flush); merged the others"
             )
 
