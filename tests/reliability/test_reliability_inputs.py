@@ -228,6 +228,7 @@ COMMANDS = [
     ["perfetto", "{run}", "-o", "{tmp}/t.pftrace"],
     ["report", "{run}", "-o", "{tmp}/r.html"],
     ["diff", "{run}", "{good}"],
+    ["breakeven", "--baseline", "{run}", "--spec", "{good}"],
 ]
 
 
