@@ -204,6 +204,18 @@ def test_wrong_types_keep_exactly_the_usable_events(
     assert "123" in rank0["name"].cast(str).to_list()
 
 
+def test_missing_fields_keep_exactly_the_complete_events(
+    ingested: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    # of the 5: the full event and {ts, dur, ph} are kept; no ts, no ph, and {} are dropped
+    from tracekit.store.reader import read_table
+
+    events = read_table(ingested["missing-fields.json"].run_dir, "events")  # type: ignore[attr-defined]
+    rank0 = events.filter(events["rank"] == 0)
+    assert sorted(rank0["start_ns"].to_list()) == [5000, 1_000_000]
+    assert sorted(rank0["dur_ns"].to_list()) == [1000, 5000]
+
+
 def test_duplicate_ranks_are_refused_and_the_rest_ingested(tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     for name in ("a_rank0.json.gz", "b_rank0.json.gz"):
