@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +111,8 @@ _DEC_ARGS_LINES = msgspec.json.Decoder(Args)
 _DEC_LOOSE_ARGS_LINES = msgspec.json.Decoder(LooseArgs)
 _DEC_MINIARGS = msgspec.json.Decoder(_MiniArgs)
 _DEC_ANY = msgspec.json.Decoder()
+_ENC = msgspec.json.Encoder()
+_EMPTY_OBJ = msgspec.Raw(b"{}")
 
 
 @dataclass
@@ -425,7 +426,15 @@ def _str_array(values: Sequence[Any]) -> pa.Array:
 
 
 def _dict_array(values: Sequence[Any]) -> pa.DictionaryArray:
-    """Dictionary-encode strings in Python (faster than Arrow's hash for long kernel names)."""
+    """Dictionary-encode strings (first-seen order, None -> null), by Arrow when all are str."""
+    try:
+        return pa.array(values, type=pa.string()).dictionary_encode()
+    except (pa.ArrowException, TypeError, ValueError, UnicodeError):
+        return _dict_array_py(values)
+
+
+def _dict_array_py(values: Sequence[Any]) -> pa.DictionaryArray:
+    """The same in Python, for values that are not all strings."""
     uniq = dict.fromkeys(values)
     uniq.pop(None, None)
     pos: dict[Any, int] = {k: i for i, k in enumerate(uniq)}
@@ -521,7 +530,7 @@ def _convert(
         dur_ns = np.where(neg, 0, dur_ns)
     start_ns = ts_ns + offset
 
-    ph = _dict_array([e.ph if type(e.ph) is str else str(e.ph) for e in evs])
+    ph = _dict_array([e.ph for e in evs])  # a str: decode_events makes it one
     cat = _dict_array([e.cat for e in evs])
     name = _dict_array([e.name for e in evs])
     pid = _few_ints([e.pid for e in evs])
@@ -531,13 +540,13 @@ def _convert(
     # reused, sliced by offsets, as the `args` text column (each entry keeps its trailing "\n").
     raws = [e.args for e in evs]
     del evs
-    lengths = np.array(list(map(len, raws)), dtype=np.int64)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     has_args = lengths > 0
     if not has_args.all():
         for i in np.flatnonzero(~has_args).tolist():
-            raws[i] = b"{}"
+            raws[i] = _EMPTY_OBJ
         lengths = np.where(has_args, lengths, 2)
-    text = b"\n".join(raws) + b"\n"
+    text = _ENC.encode_lines(raws)  # each raw verbatim + "\n", in one buffer
     del raws
     args: list[Any]
     try:
@@ -561,9 +570,11 @@ def _convert(
         ph.indices.to_numpy(zero_copy_only=False), ph_x
     )
     typed = bool(args) and type(args[0]) is Args
+    arg_values = _arg_lists(args)
+    del args
 
     def ai(field_: str, type_: pa.DataType = _INT64) -> pa.Array:
-        values = list(map(attrgetter(field_), args))
+        values = arg_values[field_]
         if typed:
             # msgspec checked every value is an int or None: no inference needed. A 64-bit
             # value outside int32 (cbid, group_size) becomes null rather than failing.
@@ -574,7 +585,7 @@ def _convert(
         return _int_array(values, type_)
 
     def astr(field_: str) -> pa.Array:
-        values = list(map(attrgetter(field_), args))
+        values = arg_values[field_]
         return pa.array(values, type=pa.string()) if typed else _str_array(values)
 
     stream_arg = ai("stream")
@@ -637,6 +648,23 @@ def _convert(
         "args": args_json,
     }
     return pa.table(columns)
+
+
+def _arg_lists(args: list[Any]) -> dict[str, list[Any]]:
+    """Each field of the decoded args as a list (one comprehension a field: the fastest way)."""
+    return {
+        "stream": [a.stream for a in args],
+        "correlation": [a.correlation for a in args],
+        "external_id": [a.external_id for a in args],
+        "device": [a.device for a in args],
+        "cbid": [a.cbid for a in args],
+        "collective": [a.collective for a in args],
+        "dtype": [a.dtype for a in args],
+        "msg_nelems": [a.msg_nelems for a in args],
+        "group_size": [a.group_size for a in args],
+        "pg_name": [a.pg_name for a in args],
+        "bytes": [a.bytes for a in args],
+    }
 
 
 def _counter_value(raw: bytes) -> float | None:
