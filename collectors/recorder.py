@@ -1,6 +1,7 @@
 """Light-mode recorder: one record a wrapped call, streamed to a per-process Arrow IPC file.
 
-Per phase call: an NVTX range (domain `tracekit`, one category a phase), CPU start/end from
+Per phase call: an NVTX range (domain `tracekit`, one category a phase; skipped when no NVTX
+tool is attached, where `nvtx` only hands out a do-nothing domain), CPU start/end from
 `time.time_ns()`, and on CUDA a pair of pooled CUDA events on the current stream for outermost
 phases, resolved later with `Event.query()` (no synchronisation added; one `synchronize` at the
 first CUDA phase calibrates the GPU clock against `time.time_ns`, and one at exit resolves what
@@ -8,6 +9,10 @@ is left). Records are buffered and appended to `raw/pid-<pid>/records.arrow` (Ar
 format, one `os.write` a flush) every `flush_records` records or `flush_seconds` seconds, at
 outermost exits only, and at process exit. A process killed with SIGKILL loses at most what was
 buffered since the last flush; the stream stays readable up to the last complete batch.
+
+The hot path (`enter` / `exit`, budget 2 µs of CPU a call) allocates only what it must: one
+frame tuple (freed at exit) and one packed row of bytes (never walked by the garbage collector);
+per-thread state is one `threading.local` look-up, per-site state one dict look-up.
 
 Nothing heavy is imported until the first record: pyarrow, nvtx and torch are looked up then.
 Every public method is guarded: if the recorder itself fails, it disables itself, prints one line
@@ -17,8 +22,10 @@ to stderr, and the program goes on unwrapped.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import struct
 import sys
 import threading
 import time
@@ -52,6 +59,13 @@ RAW_COLUMNS: tuple[str, ...] = (
     "gpu_end_ns",
 )
 N_ROW = 11  # columns held by a buffered row (the GPU times are kept aside)
+# A buffered row: the first N_ROW columns packed into bytes (little-endian, no padding), so the
+# buffer is one bytearray that the garbage collector never walks and a flush converts without a
+# per-value Python loop. `accept_len` is NaN when there is none (written as null).
+_ROW = struct.Struct("<iqiiqqqqid?")
+_ROW_TYPES = ("<i4", "<i8", "<i4", "<i4", "<i8", "<i8", "<i8", "<i8", "<i4", "<f8", "?")
+_pack = _ROW.pack
+_NAN = float("nan")
 RECORDS_FILE = "records.arrow"
 SITES_FILE = "sites.json"
 PROCESS_FILE = "process.json"
@@ -61,6 +75,16 @@ _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 # device stuck on a peer that is gone (a collective whose other ranks exited) must not keep the
 # server's process from exiting. Phases left unresolved keep their CPU times.
 EXIT_GPU_WAIT_S = 2.0
+
+
+@functools.cache
+def _row_dtype() -> Any:
+    """The numpy dtype of a packed row (numpy is imported at the first flush, not before)."""
+    import numpy as np
+
+    dtype = np.dtype(list(zip(RAW_COLUMNS[:N_ROW], _ROW_TYPES, strict=True)))
+    assert dtype.itemsize == _ROW.size
+    return dtype
 
 
 def raw_schema() -> Any:
@@ -118,8 +142,32 @@ def _as_accept_len(value: object) -> float | None:
     return None
 
 
-# Frame: what enter() hands to exit(), a list for speed.
-_SITE, _CODE, _DEPTH, _PARENT, _START, _REPLAYS, _EV, _CYCLE, _SEQ, _CCODE, _RF, _RFC = range(12)
+_time_ns = time.time_ns
+_modules = sys.modules
+
+
+class _Thread:
+    """Per-thread state, one `threading.local` look-up a call: the stack of open phase codes,
+    the native thread id, graph replays counted so far, whether a cycle is open, and whether
+    tracekit itself is running (its own calls are not recorded)."""
+
+    __slots__ = ("in_cycle", "internal", "replays", "stack", "tid")
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.tid = threading.get_native_id()
+        self.replays = 0
+        self.in_cycle = False
+        self.internal = False
+
+
+# What enter() hands to exit(): one tuple (not tracked by gc once freed, never kept).
+# (site info, phase code, cycle, depth, parent code, thread, seq, replays at enter, CUDA event,
+#  cycle code, profiler range, profiler cycle range, start ns)
+Frame = tuple[Any, int, int, int, int, _Thread, int, int, Any, int, Any, Any, int]
+# Per-site info, computed once a site: (phase code or -1, cycle site, starts_cycle, accept_len
+# path, cycle accept_len path, site).
+_SiteInfo = tuple[int, bool, bool, "str | None", "str | None", "Site"]
 
 
 class Recorder:
@@ -133,13 +181,14 @@ class Recorder:
         self.records = 0
         self.flushes = 0
         self._seq = 0
-        self._buf: list[tuple[Any, ...]] = []
+        self._rows = bytearray()  # buffered rows, _ROW.size bytes each
         self._gpu_pending: list[tuple[int, Any, Any]] = []
         self._gpu_done: dict[int, tuple[int, int]] = {}
         self._lock = threading.RLock()
         self._loc = threading.local()
         self._flush_ns = int(config.flush_seconds * 1e9)
         self._flush_n = max(1, config.flush_records)
+        self._flush_bytes = self._flush_n * _ROW.size
         self._last_flush = time.time_ns()
         self._fd: int | None = None
         self._schema: Any = None
@@ -155,6 +204,7 @@ class Recorder:
         # site codes: id(site) -> code; table written to sites.json before a batch uses them
         self._codes: dict[int, int] = {}
         self._cycle_codes: dict[int, int] = {}
+        self._info: dict[int, _SiteInfo] = {}  # id(site) -> its info, the hot path's one look-up
         self._sites: list[dict[str, Any]] = []
         self._nvtx_attrs: list[Any] = []
         self._sites_written = 0
@@ -212,11 +262,15 @@ class Recorder:
 
     # -- site codes ------------------------------------------------------------------------
     def _init_nvtx(self) -> None:
+        """The `tracekit` NVTX domain, or None when `nvtx` is missing or no NVTX tool (Nsight
+        Systems, ...) is attached: `nvtx` then hands out a `DummyDomain` whose calls do nothing,
+        and skipping them saves the calls."""
         self._nvtx_ready = True
         try:
             import nvtx
 
-            self._nvtx = nvtx.get_domain("tracekit")
+            dom = nvtx.get_domain("tracekit")
+            self._nvtx = None if type(dom).__name__ == "DummyDomain" else dom
         except Exception:
             self._nvtx = None
 
@@ -234,23 +288,32 @@ class Recorder:
             (self._codes if kind == "phase" else self._cycle_codes)[id(site)] = code
             return code
 
-    def _thread_stack(self) -> list[int]:
-        loc = self._loc
-        loc.stack = []
-        loc.tid = threading.get_native_id()
-        loc.replays = 0
-        loc.in_cycle = False
-        loc.internal = False
-        return loc.stack  # type: ignore[no-any-return]
+    def _site_info(self, site: Site) -> _SiteInfo:
+        """First call of a site: its phase code (sites.json), NVTX attributes, flags."""
+        if not self._nvtx_ready:
+            self._init_nvtx()
+        code = -1
+        if site.phase is not None:
+            code = self._codes.get(id(site), -1)
+            if code < 0:
+                code = self._new_code(site, "phase")
+        info = (code, site.cycle, site.starts_cycle, site.accept_len, site.cycle_accept_len, site)
+        self._info[id(site)] = info
+        return info
+
+    def _thread(self) -> _Thread:
+        ts = _Thread()
+        self._loc.ts = ts
+        return ts
 
     # -- hot path --------------------------------------------------------------------------
-    def enter(self, site: Site) -> list[Any] | None:
+    def enter(self, site: Site) -> Frame | None:
         """Start a record; None means: pass straight through (tracekit's own call, torch.compile
         tracing, CUDA graph capture, or a recorder failure)."""
         try:
             # First, before touching anything else: torch.compile traces this code too.
             comp = self._is_compiling
-            if comp is None and "torch" in sys.modules:
+            if comp is None and "torch" in _modules:
                 self._probe_torch()
                 comp = self._is_compiling
             cuda_on = False
@@ -261,39 +324,37 @@ class Recorder:
                 cuda_on = cuda._initialized
                 if cuda_on and cuda.is_current_stream_capturing():
                     return None
-            loc = self._loc
             try:
-                stack = loc.stack
+                ts = self._loc.ts
             except AttributeError:
-                stack = self._thread_stack()
-            if loc.internal:
+                ts = self._thread()
+            if ts.internal:
                 return None
-            if not self._nvtx_ready:
-                self._init_nvtx()
+            info = self._info.get(id(site))
+            if info is None:
+                info = self._site_info(site)
+            code = info[0]
             nv = self._nvtx
             prof = self.profile
-            fr: list[Any] = [site, -1, 0, -1, 0, 0, None, 0, 0, -1, None, None]
-            if site.cycle and not loc.in_cycle:
-                loc.in_cycle = True
-                ccode = self._cycle_codes.get(id(site))
-                if ccode is None:
+            ccode = -1
+            rf = rfc = None
+            if info[1] and not ts.in_cycle:  # a cycle-target call starts a cycle
+                ts.in_cycle = True
+                ccode = self._cycle_codes.get(id(site), -1)
+                if ccode < 0:
                     ccode = self._new_code(site, "cycle")
-                fr[_CCODE] = ccode
                 self.cycle += 1
                 if prof is not None:
-                    fr[_RFC] = prof.cycle_start(self.cycle, "tracekit/cycle")
+                    rfc = prof.cycle_start(self.cycle, "tracekit/cycle")
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[ccode])
+            stack = ts.stack
             depth = len(stack)
-            fr[_DEPTH] = depth
-            if site.phase is not None:
-                code = self._codes.get(id(site))
-                if code is None:
-                    code = self._new_code(site, "phase")
-                fr[_CODE] = code
+            parent = -1
+            if code >= 0:
                 if depth:
-                    fr[_PARENT] = stack[-1]
-                elif site.starts_cycle and not loc.in_cycle:
+                    parent = stack[-1]
+                elif info[2] and not ts.in_cycle:  # the map's `starts_with` phase
                     self.cycle += 1
                     if prof is not None:
                         prof.cycle_start(self.cycle, None)
@@ -301,112 +362,86 @@ class Recorder:
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[code])
                 if prof is not None and prof.active:
-                    fr[_RF] = prof.range(f"tracekit/{site.phase}")
-            fr[_CYCLE] = self.cycle
-            self._seq += 1
-            fr[_SEQ] = self._seq
-            fr[_REPLAYS] = loc.replays
-            if cuda_on and depth == 0:
-                fr[_EV] = self._gpu_mark()
-            fr[_START] = time.time_ns()
-            return fr
+                    rf = prof.range(f"tracekit/{site.phase}")
+            seq = self._seq = self._seq + 1
+            ev = self._gpu_mark() if cuda_on and depth == 0 else None
+            return (
+                info, code, self.cycle, depth, parent, ts, seq, ts.replays, ev, ccode, rf, rfc,
+                _time_ns(),
+            )  # fmt: skip
         except Exception as exc:
             self.fail("enter", exc)
             return None
 
-    def exit(self, fr: list[Any] | None, ok: bool, result: object) -> None:
+    def exit(self, fr: Frame | None, ok: bool, result: object) -> None:
         if fr is None:
             return
         try:
-            end = time.time_ns()
-            loc = self._loc
-            ev = fr[_EV]
+            end = _time_ns()
+            info, code, cycle, depth, parent, ts, seq, rep0, ev, ccode, rf, rfc, start = fr
             ev_end = self._gpu_mark() if ev is not None else None
-            replays = loc.replays - fr[_REPLAYS]
-            site = fr[_SITE]
+            replays = ts.replays - rep0
             nv = self._nvtx
-            buf = self._buf
-            code = fr[_CODE]
+            rows = self._rows
             if code >= 0:
-                if fr[_RF] is not None:
-                    self.profile.range_exit(fr[_RF])  # type: ignore[union-attr]
+                if rf is not None:
+                    self.profile.range_exit(rf)  # type: ignore[union-attr]
                 if nv is not None:
                     nv.pop_range()
-                loc.stack.pop()
-                acc = None
-                if ok and site.accept_len is not None:
-                    acc = self._accept(result, site.accept_len)
-                seq = fr[_SEQ]
-                buf.append(
-                    (
-                        code,
-                        fr[_CYCLE],
-                        fr[_DEPTH],
-                        fr[_PARENT],
-                        loc.tid,
-                        seq,
-                        fr[_START],
-                        end,
-                        replays,
-                        acc,
-                        ok,
-                    )
-                )
+                ts.stack.pop()
+                acc = _NAN
+                if ok and info[3] is not None:
+                    acc = self._accept(result, info[3])
+                rows += _pack(code, cycle, depth, parent, ts.tid, seq, start, end, replays, acc, ok)
                 if ev_end is not None:
                     self._gpu_pending.append((seq, ev, ev_end))
                     ev = None
-            ccode = fr[_CCODE]
             if ccode >= 0:
-                loc.in_cycle = False
+                ts.in_cycle = False
                 if nv is not None:
                     nv.pop_range()
-                acc = None
-                if ok and site.cycle_accept_len is not None:
-                    acc = self._accept(result, site.cycle_accept_len)
-                seq = fr[_SEQ] if code < 0 else -fr[_SEQ]  # a site both phase and cycle: two rows
-                buf.append(
-                    (
-                        ccode,
-                        fr[_CYCLE],
-                        fr[_DEPTH],
-                        -1,
-                        loc.tid,
-                        seq,
-                        fr[_START],
-                        end,
-                        replays,
-                        acc,
-                        ok,
-                    )
-                )
+                acc = _NAN
+                if ok and info[4] is not None:
+                    acc = self._accept(result, info[4])
+                cseq = seq if code < 0 else -seq  # a site both phase and cycle: two rows
+                rows += _pack(ccode, cycle, depth, -1, ts.tid, cseq, start, end, replays, acc, ok)
                 if ev is not None:
-                    self._gpu_pending.append((seq, ev, ev_end))
+                    self._gpu_pending.append((cseq, ev, ev_end))
                 if self.profile is not None:
-                    self.profile.cycle_end(fr[_CYCLE], fr[_RFC])
+                    self.profile.cycle_end(cycle, rfc)
             self.records += 1
             # Flush between cycles (not inside one, where it would add to the cycle's time),
             # unless the buffer keeps growing inside a very long cycle.
-            if fr[_DEPTH] == 0:
-                n = len(buf)
+            if depth == 0:
+                n = len(rows)
                 if (
-                    not loc.in_cycle
-                    and (n >= self._flush_n or end - self._last_flush >= self._flush_ns)
-                ) or (n >= 4 * self._flush_n):
+                    not ts.in_cycle
+                    and (n >= self._flush_bytes or end - self._last_flush >= self._flush_ns)
+                ) or (n >= 4 * self._flush_bytes):
                     self.flush()
         except Exception as exc:
             self.fail("exit", exc)
 
-    def _accept(self, result: object, path: str) -> float | None:
+    def _accept(self, result: object, path: str) -> float:
         try:
-            return _as_accept_len(read_attr_path(result, path))
+            acc = _as_accept_len(read_attr_path(result, path))
         except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-            return None
+            return _NAN
+        return _NAN if acc is None else acc
+
+    @property
+    def _buf(self) -> list[tuple[Any, ...]]:
+        """The buffered rows, unpacked (tests, debugging; accept_len None when absent)."""
+        return [
+            (*r[:9], None if r[9] != r[9] else r[9], r[10]) for r in _ROW.iter_unpack(self._rows)
+        ]
 
     def count_replay(self) -> None:
-        loc = self._loc
-        if getattr(loc, "stack", None) is None:
-            self._thread_stack()
-        loc.replays += 1
+        try:
+            ts = self._loc.ts
+        except AttributeError:
+            ts = self._thread()
+        ts.replays += 1
 
     # -- CUDA events -----------------------------------------------------------------------
     def _gpu_mark(self) -> Any:
@@ -456,23 +491,46 @@ class Recorder:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         os.write(self._fd, self._schema.serialize().to_pybytes())
 
-    def _batch(self, rows: list[tuple[Any, ...]]) -> bytes:
+    def _batch(self, rows: Any) -> bytes:
+        """One Arrow IPC record batch of `rows` (a numpy array of the _ROW layout)."""
+        import numpy as np
         import pyarrow as pa
 
         schema = self._schema
-        cols = list(zip(*rows))
-        arrays = [pa.array(cols[i], type=schema.field(i).type) for i in range(N_ROW)]
+        n = len(rows)
+        arrays = []
+        for i, name in enumerate(RAW_COLUMNS[:N_ROW]):
+            col = rows[name]
+            mask = np.isnan(col) if name == "accept_len" else None
+            arrays.append(pa.array(col, type=schema.field(i).type, mask=mask))
         done = self._gpu_done
         if done:
-            g0 = [done.get(abs(seq), (None, None))[0] for seq in cols[5]]
-            g1 = [done.get(abs(seq), (None, None))[1] for seq in cols[5]]
-            for seq in cols[5]:
-                done.pop(abs(seq), None)
+            seqs = [abs(seq) for seq in rows["seq"].tolist()]
+            g0 = [done.get(seq, (None, None))[0] for seq in seqs]
+            g1 = [done.get(seq, (None, None))[1] for seq in seqs]
+            for seq in seqs:
+                done.pop(seq, None)
             arrays += [pa.array(g0, pa.int64()), pa.array(g1, pa.int64())]
         else:
-            arrays += [pa.nulls(len(rows), pa.int64()), pa.nulls(len(rows), pa.int64())]
+            arrays += [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())]
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
+
+    def _take_rows(self, *, final: bool) -> Any:
+        """Remove from the buffer the rows whose GPU times are known (all when `final`); return
+        them as a numpy array. Rows other threads append meanwhile stay in the buffer."""
+        import numpy as np
+
+        buf = self._rows
+        size = len(buf) - len(buf) % _ROW.size
+        rows = np.frombuffer(bytes(buf[:size]), dtype=_row_dtype())
+        if self._gpu_pending and not final:
+            pending = np.fromiter((seq for seq, _, _ in self._gpu_pending), dtype=np.int64)
+            wait = np.isin(rows["seq"], pending)
+            buf[:size] = rows[wait].tobytes()
+            return rows[~wait]
+        del buf[:size]
+        return rows
 
     def flush(self, *, final: bool = False) -> None:
         """Write buffered records whose GPU times are known (all of them when `final`)."""
@@ -480,18 +538,13 @@ class Recorder:
             try:
                 self._last_flush = time.time_ns()
                 self._resolve_gpu(wait=final)
-                if self._gpu_pending and not final:
-                    pending = {seq for seq, _, _ in self._gpu_pending}
-                    ready = [r for r in self._buf if r[5] not in pending]
-                    self._buf = [r for r in self._buf if r[5] in pending]
-                else:
-                    ready, self._buf = self._buf, []
+                ready = self._take_rows(final=final)
                 if self._fd is None:
                     self._open()
                 if len(self._sites) > self._sites_written:
                     _write_json(self.dir / SITES_FILE, {"sites": self._sites})
                     self._sites_written = len(self._sites)
-                if ready:
+                if len(ready):
                     os.write(self._fd, self._batch(ready))  # type: ignore[arg-type]
                     self.flushes += 1
                 if final:
@@ -541,15 +594,16 @@ class Recorder:
     @contextlib.contextmanager
     def _internal(self) -> Iterator[None]:
         """Calls made by tracekit itself on this thread (json, pyarrow) are not recorded."""
-        loc = self._loc
-        if getattr(loc, "stack", None) is None:
-            self._thread_stack()
-        old = loc.internal
-        loc.internal = True
+        try:
+            ts = self._loc.ts
+        except AttributeError:
+            ts = self._thread()
+        old = ts.internal
+        ts.internal = True
         try:
             yield
         finally:
-            loc.internal = old
+            ts.internal = old
 
     def _write_process(self, **extra: Any) -> None:
         with self._internal():
@@ -592,7 +646,7 @@ class Recorder:
     def after_fork(self) -> None:
         """In a forked child: start a fresh record stream of its own (the parent keeps its)."""
         self.pid = os.getpid()
-        self._buf = []
+        self._rows = bytearray()
         self._gpu_pending = []
         self._gpu_done = {}
         if self._fd is not None and self._fd >= 0:
