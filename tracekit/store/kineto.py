@@ -38,6 +38,8 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation
 ARGS_COVERED_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 
 BATCH_EVENTS = 131_072
+# Events whose fields are read together, while their structs are still in the CPU cache.
+CHUNK_EVENTS = 4096
 
 
 class Event(msgspec.Struct, gc=False):
@@ -488,8 +490,8 @@ def iter_batches(
 ) -> Iterator[pa.Table]:
     """Yield `events` tables (schema columns, before `conform`) batch by batch.
 
-    Decoded events are released batch by batch, so memory holds the file's bytes, the structs
-    not yet converted, and one batch of Arrow columns.
+    Decoded events are released as their fields are read, so memory holds the file's bytes,
+    the structs not yet converted, and one batch of field lists and Arrow columns.
     """
     base = base_time_ns(trace)
     relative = base is not None
@@ -498,31 +500,84 @@ def iter_batches(
     graph_corrs = graph_launch_correlations(events) if b"GraphLaunch" in trace.data else set()
     for start in range(0, len(events), batch_events):
         end = min(start + batch_events, len(events))
-        evs = [e for e in events[start:end] if e.ph in KEEP_PH]
-        events[start:end] = repeat(None, end - start)
-        if not evs:
+        fields = _gather(events, start, end)
+        if not fields.ph:
             continue
         table = _convert(
-            evs, offset=offset, relative=relative, graph_corrs=graph_corrs, stats=stats
+            fields, offset=offset, relative=relative, graph_corrs=graph_corrs, stats=stats
         )
-        del evs
+        del fields
         if table.num_rows:
             yield table
 
 
+@dataclass
+class _Fields:
+    """The kept events (phases in KEEP_PH) of one batch, one list a field."""
+
+    ph: list[str] = field(default_factory=list)
+    cat: list[Any] = field(default_factory=list)
+    name: list[Any] = field(default_factory=list)
+    ts: list[Any] = field(default_factory=list)
+    dur: list[Any] = field(default_factory=list)
+    pid: list[Any] = field(default_factory=list)
+    tid: list[Any] = field(default_factory=list)
+    args: list[msgspec.Raw] = field(default_factory=list)
+
+    def extend(self, evs: list[Any]) -> None:
+        self.ph += [e.ph for e in evs]
+        self.cat += [e.cat for e in evs]
+        self.name += [e.name for e in evs]
+        self.ts += [e.ts for e in evs]
+        self.dur += [e.dur for e in evs]
+        self.pid += [e.pid for e in evs]
+        self.tid += [e.tid for e in evs]
+        self.args += [e.args for e in evs]
+
+    def take(self, keep: np.ndarray) -> _Fields:
+        idx = keep.tolist()
+        return _Fields(
+            *(
+                [values[i] for i in idx]
+                for values in (
+                    self.ph,
+                    self.cat,
+                    self.name,
+                    self.ts,
+                    self.dur,
+                    self.pid,
+                    self.tid,
+                    self.args,
+                )
+            )
+        )
+
+
+def _gather(events: list[Any], start: int, end: int) -> _Fields:
+    """The fields of the kept events in `events[start:end]`, read CHUNK_EVENTS at a time (all
+    fields of a chunk while its structs are in cache); the structs are released as read."""
+    fields = _Fields()
+    for lo in range(start, end, CHUNK_EVENTS):
+        hi = min(lo + CHUNK_EVENTS, end)
+        evs = [e for e in events[lo:hi] if e.ph in KEEP_PH]
+        events[lo:hi] = repeat(None, hi - lo)
+        fields.extend(evs)
+    return fields
+
+
 def _convert(
-    evs: list[Any], *, offset: int, relative: bool, graph_corrs: set[int], stats: BatchStats
+    f: _Fields, *, offset: int, relative: bool, graph_corrs: set[int], stats: BatchStats
 ) -> pa.Table:
-    ts_ns, ts_ok = exact_ns([e.ts for e in evs], relative=relative)
+    ts_ns, ts_ok = exact_ns(f.ts, relative=relative)
     if offset:
         ts_ok &= ts_ns + np.int64(offset) >= ts_ns  # past int64 with the base time: not a time
     if not ts_ok.all():
         keep = np.flatnonzero(ts_ok)
-        stats.skipped += len(evs) - len(keep)
-        evs = [evs[i] for i in keep]
+        stats.skipped += len(f.ts) - len(keep)
+        f = f.take(keep)
         ts_ns = ts_ns[keep]
-    n = len(evs)
-    dur_ns, dur_ok = exact_ns([e.dur for e in evs], relative=True)
+    n = len(f.ts)
+    dur_ns, dur_ok = exact_ns(f.dur, relative=True)
     dur_ns = np.where(dur_ok, dur_ns, 0)
     neg = dur_ns < 0
     if neg.any():
@@ -530,16 +585,16 @@ def _convert(
         dur_ns = np.where(neg, 0, dur_ns)
     start_ns = ts_ns + offset
 
-    ph = _dict_array([e.ph for e in evs])  # a str: decode_events makes it one
-    cat = _dict_array([e.cat for e in evs])
-    name = _dict_array([e.name for e in evs])
-    pid = _few_ints([e.pid for e in evs])
-    tid = _few_ints([e.tid for e in evs])
+    ph = _dict_array(f.ph)  # strs: decode_events makes them so
+    cat = _dict_array(f.cat)
+    name = _dict_array(f.name)
+    pid = _few_ints(f.pid)
+    tid = _few_ints(f.tid)
 
     # All args objects, newline-separated, in one buffer: decoded by msgspec as JSON lines and
     # reused, sliced by offsets, as the `args` text column (each entry keeps its trailing "\n").
-    raws = [e.args for e in evs]
-    del evs
+    raws = f.args
+    del f
     lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     has_args = lengths > 0
     if not has_args.all():
@@ -548,18 +603,9 @@ def _convert(
         lengths = np.where(has_args, lengths, 2)
     text = _ENC.encode_lines(raws)  # each raw verbatim + "\n", in one buffer
     del raws
-    args: list[Any]
-    try:
-        args = _DEC_ARGS_LINES.decode_lines(text)
-    except msgspec.ValidationError:
-        try:
-            args = _DEC_LOOSE_ARGS_LINES.decode_lines(text)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            args = [LooseArgs()] * n
-    except msgspec.DecodeError:
-        args = [LooseArgs()] * n
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths + 1, out=offsets[1:])
+    arg_values, typed = _args_fields(text, offsets)
 
     # Device rows: an `args.stream`, or a device category (pid = device, tid = stream).
     cat_codes = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False)
@@ -569,9 +615,6 @@ def _convert(
     dev_cat = np.isin(cat_codes, gpu_codes) & np.isin(
         ph.indices.to_numpy(zero_copy_only=False), ph_x
     )
-    typed = bool(args) and type(args[0]) is Args
-    arg_values = _arg_lists(args)
-    del args
 
     def ai(field_: str, type_: pa.DataType = _INT64) -> pa.Array:
         values = arg_values[field_]
@@ -648,6 +691,40 @@ def _convert(
         "args": args_json,
     }
     return pa.table(columns)
+
+
+def _args_fields(text: bytes, offsets: np.ndarray) -> tuple[dict[str, list[Any]], bool]:
+    """The args lines' fields, one list a field, and whether they are typed (`Args`).
+
+    A line with a value of another type makes the batch take `LooseArgs` (any JSON type); a
+    line that is not valid JSON leaves all args of the batch empty.
+    """
+    n = len(offsets) - 1
+    try:
+        return _typed_args_fields(text, offsets), True
+    except msgspec.ValidationError:
+        try:
+            return _arg_lists(_DEC_LOOSE_ARGS_LINES.decode_lines(text)), False
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return _arg_lists([LooseArgs()] * n), False
+    except msgspec.DecodeError:
+        return _arg_lists([LooseArgs()] * n), False
+
+
+def _typed_args_fields(text: bytes, offsets: np.ndarray) -> dict[str, list[Any]]:
+    """The args lines decoded as `Args` CHUNK_EVENTS lines at a time, each chunk's fields read
+    while its structs are in cache. A line is one JSON value, so a chunk decodes (or fails) as
+    it does within the whole buffer, and the first failing chunk holds the first bad line."""
+    view = memoryview(text)
+    cuts = offsets.tolist()
+    n = len(cuts) - 1
+    out = _arg_lists([])
+    for lo in range(0, n, CHUNK_EVENTS):
+        hi = min(lo + CHUNK_EVENTS, n)
+        args = _DEC_ARGS_LINES.decode_lines(view[cuts[lo] : cuts[hi]])
+        for key, values in _arg_lists(args).items():
+            out[key] += values
+    return out
 
 
 def _arg_lists(args: list[Any]) -> dict[str, list[Any]]:
