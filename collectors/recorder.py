@@ -422,6 +422,124 @@ class Recorder:
         except Exception as exc:
             self.fail("exit", exc)
 
+    def sync_call(self, fn: Callable[..., Any], site: Site) -> Callable[..., Any]:
+        """The body of the sync wrapper of `site` (`wrappers.make_wrapper` adds the metadata).
+
+        For a phase site that is no cycle target (the hot case: draft, verify, allreduce...)
+        `enter` and `exit` are inlined here, which saves two calls, the frame tuple and most
+        attribute look-ups. The inlined code is `enter` + `exit` for such a site with no NVTX
+        tool and no profiler window; any other state (the site's first call, which registers
+        it, an NVTX tool, full mode) goes through `enter` / `exit` (the test
+        `test_inlined_phase_path_records_what_enter_exit_record` compares both).
+        """
+        rec = self
+        enter, leave = self.enter, self.exit
+
+        def generic(*args: Any, **kwargs: Any) -> Any:
+            if not rec.active:
+                return fn(*args, **kwargs)
+            fr = enter(site)
+            if fr is None:
+                return fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                leave(fr, False, None)
+                raise
+            leave(fr, True, result)
+            return result
+
+        if site.phase is None or site.cycle:
+            return generic
+        starts_cycle = site.starts_cycle
+        acc_path = site.accept_len
+        code = -1  # the site's phase code, known after its first call
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal code
+            if not rec.active:
+                return fn(*args, **kwargs)
+            if code < 0 or rec._nvtx is not None or rec.profile is not None:
+                if code < 0 and rec.active:
+                    info = rec._info.get(id(site))
+                    if info is not None:
+                        code = info[0]
+                return generic(*args, **kwargs)
+            # -- enter
+            ts: _Thread | None = None
+            try:
+                # First, before touching anything else: torch.compile traces this code too.
+                comp = rec._is_compiling
+                if comp is None and "torch" in _modules:
+                    rec._probe_torch()
+                    comp = rec._is_compiling
+                cuda_on = skip = False
+                if comp is not None:
+                    skip = comp()
+                    if not skip:
+                        cuda = rec._cuda
+                        cuda_on = cuda._initialized
+                        skip = cuda_on and cuda.is_current_stream_capturing()
+                if not skip:
+                    try:
+                        ts = rec._loc.ts
+                    except AttributeError:
+                        ts = rec._thread()
+                    if ts.internal:
+                        ts = None
+                    else:
+                        stack = ts.stack
+                        depth = len(stack)
+                        parent = -1
+                        if depth:
+                            parent = stack[-1]
+                        elif starts_cycle and not ts.in_cycle:
+                            rec.cycle += 1
+                        stack.append(code)
+                        cycle = rec.cycle
+                        seq = rec._seq = rec._seq + 1
+                        rep0 = ts.replays
+                        ev = rec._gpu_mark() if cuda_on and depth == 0 else None
+                        start = _time_ns()
+            except Exception as exc:
+                rec.fail("enter", exc)
+                ts = None
+            if ts is None:
+                return fn(*args, **kwargs)
+            # -- the call, then exit (also when it raises)
+            ok = False
+            result = None
+            try:
+                result = fn(*args, **kwargs)
+                ok = True
+            finally:
+                try:
+                    end = _time_ns()
+                    ev_end = rec._gpu_mark() if ev is not None else None
+                    ts.stack.pop()
+                    acc = _NAN
+                    if ok and acc_path is not None:
+                        acc = rec._accept(result, acc_path)
+                    rows = rec._rows
+                    rows += _pack(
+                        code, cycle, depth, parent, ts.tid, seq, start, end,
+                        ts.replays - rep0, acc, ok,
+                    )  # fmt: skip
+                    if ev_end is not None:
+                        rec._gpu_pending.append((seq, ev, ev_end))
+                    rec.records += 1
+                    if depth == 0:
+                        n = len(rows)
+                        if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
+                            not ts.in_cycle or n >= 4 * rec._flush_bytes
+                        ):
+                            rec.flush()
+                except Exception as exc:
+                    rec.fail("exit", exc)
+            return result
+
+        return call
+
     def _accept(self, result: object, path: str) -> float:
         try:
             acc = _as_accept_len(read_attr_path(result, path))

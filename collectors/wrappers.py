@@ -25,7 +25,9 @@ class Hooks(Protocol):
     """What a wrapper calls; implemented by `tracekit.collectors.recorder.Recorder`.
 
     `enter` returns None to let the call pass straight through (CUDA graph capture,
-    torch.compile tracing, tracekit's own calls, a disabled recorder).
+    torch.compile tracing, tracekit's own calls, a disabled recorder). Hooks may also offer
+    `sync_call(fn, site)`, the whole body of a sync wrapper (the recorder inlines its `enter`
+    and `exit` there, see `Recorder.sync_call`); the wrapper then uses it as is.
     """
 
     active: bool
@@ -56,6 +58,12 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
 
         setattr(awrapper, WRAPPED_MARK, site)
         return awrapper
+
+    sync_call = getattr(hooks, "sync_call", None)
+    if sync_call is not None:  # the recorder's own body, with enter/exit inlined
+        fast = functools.wraps(fn)(sync_call(fn, site))
+        setattr(fast, WRAPPED_MARK, site)
+        return fast
 
     enter = hooks.enter
     leave = hooks.exit

@@ -328,3 +328,69 @@ def test_exit_never_waits_forever_for_the_gpu(tmp_path: Path) -> None:
     assert len(outer) == 10
     assert 1 <= len(with_gpu) < 10
     assert all(r["start_ns"] < r["end_ns"] for r in rows)
+
+
+class _PlainHooks:
+    """The recorder seen as plain `Hooks` (no `sync_call`): wrappers take the generic path,
+    `Recorder.enter` / `Recorder.exit` for every call."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.enter = rec.enter
+        self.exit = rec.exit
+
+    @property
+    def active(self) -> bool:
+        return self.rec.active
+
+
+def test_inlined_phase_path_records_what_enter_exit_record(tmp_path: Path) -> None:
+    # GIVEN the same program twice: wrapped with the recorder's inlined phase path, and wrapped
+    # through plain hooks (enter/exit); phases nested in cycles, a `starts_with` phase outside
+    # cycles, accept_len, graph replays and a call that raises
+    def run(name: str, inlined: bool) -> list[dict[str, Any]]:
+        rec = Recorder(RecorderConfig(raw_dir=tmp_path / name / "raw", flush_records=7))
+        hooks: Any = rec if inlined else _PlainHooks(rec)
+
+        def draft(fail: bool) -> None:
+            rec.count_replay()
+            if fail:
+                raise ValueError("draft failed")
+
+        def verify(n: int) -> Out:
+            ar()
+            rec.count_replay()
+            ar()
+            return Out(n)
+
+        def step(n: int) -> Out:
+            dr(False)
+            return ve(n)
+
+        ar = make_wrapper(lambda: None, Site(Target("m", "ar"), phase="allreduce"), hooks)
+        dr = make_wrapper(draft, Site(Target("m", "dr"), phase="draft", starts_cycle=True), hooks)
+        ve = make_wrapper(
+            verify, Site(Target("m", "ve"), phase="verify", accept_len="accept_len"), hooks
+        )
+        st = make_wrapper(
+            step, Site(Target("m", "st"), cycle=True, cycle_accept_len="accept_len"), hooks
+        )
+        for n in range(4):
+            st(n)
+            ar()
+            dr(False)  # outside a cycle: starts one
+            with pytest.raises(ValueError, match="draft failed"):
+                dr(True)
+        rec.close()
+        return _records(rec)
+
+    inlined, plain = run("inlined", True), run("plain", False)
+    # THEN both record the same rows, but for their times
+    assert len(inlined) == 4 * 8  # a cycle (5 rows), allreduce, draft, failed draft
+    strip = ("start_ns", "end_ns")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in inlined] == [
+        {k: v for k, v in r.items() if k not in strip} for r in plain
+    ]
+    assert all(r["start_ns"] <= r["end_ns"] for r in inlined)
+    assert {r["graph_replays"] for r in inlined if r["phase"] == "verify"} == {1}
+    assert [r["ok"] for r in inlined if r["phase"] == "draft"].count(False) == 4
