@@ -23,8 +23,10 @@ ops) is encoded vectorised by `tracekit.export._pbenc`, the same framing, into t
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +37,7 @@ import numpy as np
 from tracekit._version import __version__
 from tracekit.errors import InputError, StoreError, TracekitError
 from tracekit.export import _pbenc
-from tracekit.export._lanes import disjoint_lanes, nested_lanes, sweep_order
+from tracekit.export._lanes import disjoint_lanes, nested_lanes_and_order, sweep_order
 from tracekit.store import reader
 from tracekit.store.schema import SCHEMA_VERSION
 
@@ -121,6 +123,7 @@ def export(
     """
     run_dir = Path(run_dir)
     out_path = Path(out_path)
+    _keep_freed_memory()
     if not run_dir.is_dir():
         msg = f"{run_dir}: not a run directory; give the directory `tracekit launch`, `tracekit demo` or `tracekit ingest -o` wrote"
         raise InputError(msg)
@@ -183,6 +186,31 @@ def export(
     return stats
 
 
+_MALLOC_TUNED = False
+
+
+def _keep_freed_memory() -> None:
+    """Let glibc keep freed memory for reuse instead of returning it to the OS at once.
+
+    The encoder's numpy temporaries are a few MB each; with glibc's defaults they are unmapped
+    (or trimmed off the heap) when freed and faulted in again for the next chunk. Where page
+    faults are slow (VMs) that doubled the cost of the numpy work. glibc raises these limits
+    by itself after large frees, up to the same 32 MB mmap threshold; setting them up front
+    also keeps up to 512 MB freed in the heap (never beyond what the export used at its peak).
+    Process-wide, set once; a no-op off glibc.
+    """
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED or not sys.platform.startswith("linux"):
+        return
+    _MALLOC_TUNED = True
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD (glibc's upper bound for it)
+        libc.mallopt(-1, 512 << 20)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def pq_rows(path: Path) -> int:
     import pyarrow.parquet as pq
 
@@ -194,6 +222,7 @@ def _rank_to_file(
     run_dir: Path, rank: int, flows: bool, tables: dict[str, bool], part: Path
 ) -> ExportStats:
     """Worker: one rank's packets into `part`."""
+    _keep_freed_memory()
     stats = ExportStats(path=part, ranks=[rank])
     context = _RunContext.load(run_dir, tables)
     with part.open("wb") as f:
@@ -369,6 +398,7 @@ class _Slices:
     instant: np.ndarray | None = None  # bool: instant events (no end)
     special: np.ndarray | None = None  # int: index into the special packets, -1 for none
     args: _pbenc.Piece | None = None  # pre-encoded extra TrackEvent fields of each begin
+    order: tuple[np.ndarray, np.ndarray] | None = None  # sweep_order(start, end), if known
 
 
 class _RankExport:
@@ -668,7 +698,11 @@ class _RankExport:
         lane_prefix: str = "lane",
         rank_order: int | None = None,
     ) -> list[_Slices]:
-        lanes = nested_lanes(starts, ends) if nested else disjoint_lanes(starts, ends)
+        order = None
+        if nested:
+            lanes, order = nested_lanes_and_order(starts, ends)
+        else:
+            lanes = disjoint_lanes(starts, ends)
         out: list[_Slices] = []
         n_lanes = int(lanes.max()) + 1 if lanes.shape[0] else 1
         for lane in range(n_lanes):
@@ -691,6 +725,7 @@ class _RankExport:
                     flow=None if flow is None else flow[sel],
                     special=None if special is None else special[sel],
                     args=None if args is None else _pbenc.Piece(args.data[sel], args.lens[sel]),
+                    order=order if n_lanes == 1 else None,
                 )
             )
         return out
@@ -867,7 +902,7 @@ class _RankExport:
                 types = np.full(n, INSTANT)
                 ts = g.start
             else:
-                idx, is_begin = sweep_order(g.start, g.end)
+                idx, is_begin = g.order or sweep_order(g.start, g.end)
                 types = np.where(is_begin, SLICE_BEGIN, SLICE_END)
                 ts = np.where(is_begin, g.start[idx], g.end[idx])
             zero = np.zeros(idx.shape[0], dtype=np.int64)

@@ -6,7 +6,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.export._lanes import disjoint_lanes, is_nested, nested_lanes, sweep_order
+from tracekit.export._lanes import (
+    _sweep_order_lexsort,
+    disjoint_lanes,
+    is_nested,
+    nested_lanes,
+    sweep_order,
+)
 
 intervals = st.lists(
     st.tuples(st.integers(0, 50), st.integers(0, 20)), min_size=0, max_size=40
@@ -79,3 +85,18 @@ def test_is_nested_detects_crossing_slices() -> None:
     assert not is_nested(*sweep_order(start, end))
     assert nested_lanes(start, end).tolist() == [0, 1]
     assert is_nested(*sweep_order(np.array([0, 2, 10]), np.array([10, 8, 10])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals, st.booleans())
+def test_sweep_order_matches_one_sort_of_all_points(
+    iv: tuple[np.ndarray, np.ndarray], shuffle: bool
+) -> None:
+    start, end = iv
+    if shuffle:
+        perm = np.random.default_rng(len(start)).permutation(len(start))
+        start, end = start[perm], end[perm]
+    idx, is_begin = sweep_order(start, end)
+    ref_idx, ref_begin = _sweep_order_lexsort(start, end)
+    assert idx.tolist() == ref_idx.tolist()
+    assert is_begin.tolist() == ref_begin.tolist()
