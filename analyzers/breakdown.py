@@ -16,7 +16,7 @@ from typing import cast
 
 import polars as pl
 from tracekit.analyzers import _load
-from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, combine_labels, load_impl_table
+from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
 from tracekit.analyzers.graphs import GRAPH_LAUNCH
 from tracekit.analyzers.phases import RankPhases, iter_rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
@@ -203,16 +203,26 @@ def _cpu_intervals(
 def _finish_intervals(
     intervals: pl.DataFrame, rp: RankPhases | None, graph_launches: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    # `combine_labels` of each instance's labels, as one polars expression (no Python call a
+    # row): distinct non-empty labels sorted, `c10d` dropped beside a more specific one
+    label = pl.col("label").cast(pl.String)
+    labels = pl.col("_labels")
+    specific = labels.list.eval(pl.element().filter(pl.element() != "c10d"))
     impl = (
         intervals.filter(pl.col("comm") & pl.col("inst").is_not_null())
         .group_by("inst")
-        .agg(pl.col("label").unique().alias("_labels"))
+        .agg(label.filter(label.is_not_null() & (label != "")).unique().sort().alias("_labels"))
+        .with_columns(
+            pl.when(labels.list.len() > 1).then(specific).otherwise(labels).alias("_labels")
+        )
+        .with_columns(
+            pl.when(labels.list.len() > 0)
+            .then(labels.list.join("+"))
+            .otherwise(pl.lit(None, dtype=pl.String))
+            .alias("allreduce_impl")
+        )
+        .drop("_labels")
     )
-    impl = impl.with_columns(
-        pl.col("_labels")
-        .map_elements(combine_labels, return_dtype=pl.String)
-        .alias("allreduce_impl")
-    ).drop("_labels")
     extras = graph_launches.join(impl, on="inst", how="full", coalesce=True)
     cols = intervals.select(
         "start_ns",
