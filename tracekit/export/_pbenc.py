@@ -64,6 +64,7 @@ class Piece:
 
     data: U8
     lens: I64
+    fixed: int | None = None  # every row uses exactly this many bytes (`lens` says the same)
 
 
 _U = np.uint64
@@ -100,8 +101,10 @@ def varint(values: npt.ArrayLike) -> Piece:
         return Piece(np.zeros((0, 1), np.uint8), np.zeros(0, dtype=np.int64))
     width = max(1, (int(x.max()).bit_length() + 6) // 7)
     if width == 1:
-        return Piece(x.astype(np.uint8).reshape(n, 1), np.ones(n, dtype=np.int64))
+        return Piece(x.astype(np.uint8).reshape(n, 1), np.ones(n, dtype=np.int64), 1)
+    fixed = None
     if (int(x.min()).bit_length() + 6) // 7 == width:
+        fixed = width
         lens = np.full(n, width, dtype=np.int64)
         cont: U64 | np.uint64 = _CONT[width]
     else:
@@ -116,18 +119,18 @@ def varint(values: npt.ArrayLike) -> Piece:
         high |= (x >= _MORE[9]).astype(np.uint64) << _U(7)  # byte 8 continues
         high |= (x >> _U(63)) << _U(8)  # byte 9
         words[:, 1] = high
-    return Piece(words.view(np.uint8), lens)
+    return Piece(words.view(np.uint8), lens, fixed)
 
 
 def const(raw: bytes, n: int) -> Piece:
     """The same bytes on every row (a broadcast view: nothing is copied)."""
     data = np.broadcast_to(np.frombuffer(raw, dtype=np.uint8), (n, len(raw)))
-    return Piece(data, np.full(n, len(raw), dtype=np.int64))
+    return Piece(data, np.full(n, len(raw), dtype=np.int64), len(raw))
 
 
 def fixed64(values: npt.ArrayLike) -> Piece:
     x = np.ascontiguousarray(np.asarray(values).astype("<u8"))
-    return Piece(x.view(np.uint8).reshape(-1, 8), np.full(x.shape[0], 8, dtype=np.int64))
+    return Piece(x.view(np.uint8).reshape(-1, 8), np.full(x.shape[0], 8, dtype=np.int64), 8)
 
 
 def field_varint(
@@ -137,8 +140,7 @@ def field_varint(
     vals = np.asarray(values)
     pieces = [const(_tag(field, 0), vals.shape[0]), varint(vals)]
     if present is not None:
-        for p in pieces:
-            p.lens = np.where(present, p.lens, 0)
+        pieces = [Piece(p.data, np.where(present, p.lens, 0)) for p in pieces]
     return pieces
 
 
@@ -148,8 +150,7 @@ def field_fixed64(
     vals = np.asarray(values)
     pieces = [const(_tag(field, 1), vals.shape[0]), fixed64(vals)]
     if present is not None:
-        for p in pieces:
-            p.lens = np.where(present, p.lens, 0)
+        pieces = [Piece(p.data, np.where(present, p.lens, 0)) for p in pieces]
     return pieces
 
 
@@ -161,14 +162,20 @@ def _small_varint_field(field: int, values: npt.NDArray[Any]) -> list[Piece]:
     tag = _tag(field, 0)
     table = np.array([[*tag, v] for v in range(128)], dtype=np.uint8)
     return [
-        Piece(np.take(table, vals, axis=0), np.full(vals.shape[0], len(tag) + 1, dtype=np.int64))
+        Piece(
+            np.take(table, vals, axis=0),
+            np.full(vals.shape[0], len(tag) + 1, dtype=np.int64),
+            len(tag) + 1,
+        )
     ]
 
 
 def total_len(pieces: list[Piece]) -> I64:
-    out = np.zeros(pieces[0].lens.shape[0], dtype=np.int64)
+    fixed = sum(p.fixed for p in pieces if p.fixed is not None)
+    out = np.full(pieces[0].lens.shape[0], fixed, dtype=np.int64)
     for p in pieces:
-        out += p.lens
+        if p.fixed is None:
+            out += p.lens
     return out
 
 
@@ -201,7 +208,7 @@ class _Group:
 
     rows: I64 | None
     width: int
-    data: U8
+    data: U8  # rows x (width + _SLACK): a row's bytes, then slack
 
 
 def _columns(pieces: list[Piece]) -> list[bytes | _Col]:
@@ -211,7 +218,10 @@ def _columns(pieces: list[Piece]) -> list[bytes | _Col]:
     for p in pieces:
         if n == 0 or p.data.shape[1] == 0:
             continue
-        lo, hi = int(p.lens.min()), int(p.lens.max())
+        if p.fixed is not None:
+            lo = hi = p.fixed
+        else:
+            lo, hi = int(p.lens.min()), int(p.lens.max())
         if hi == 0:
             continue
         broadcast = p.data.strides[0] == 0
@@ -280,20 +290,28 @@ def _groups(pieces: list[Piece]) -> list[_Group]:
             for c in items
         ]
         width = sum(used_lens)
-        data = np.empty((m, width), dtype=np.uint8)
+        stride = width + _SLACK
+        data = np.empty((m, stride), dtype=np.uint8)
         col = 0
+        # Left to right, each piece copied as items of a power-of-two size (fast copy loops):
+        # the bytes past its own length are overwritten by the next piece, or land in the slack.
         for item, k in zip(items, used_lens):
             if k == 0:
                 continue
-            dst = _void(data, col, k, m, width)
+            size = _item_size(k)
             if isinstance(item, bytes) or item.raw is not None:
                 raw = item if isinstance(item, bytes) else item.raw
                 assert raw is not None
-                dst[...] = np.frombuffer(raw[:k], dtype=f"V{k}")[0]
+                value = np.frombuffer(raw[:k].ljust(size, b"\0"), dtype=f"V{size}")[0]
+                _void(data, col, size, m, stride)[...] = value
             else:
                 c = item
                 assert c.data is not None
-                src = _void(c.data, 0, k, n, c.data.shape[1])
+                w = c.data.shape[1]
+                if size > w:
+                    size = k
+                src = _void(c.data, 0, size, n, w)
+                dst = _void(data, col, size, m, stride)
                 if rows is None:
                     dst[...] = src
                 else:
@@ -301,6 +319,14 @@ def _groups(pieces: list[Piece]) -> list[_Group]:
             col += k
         groups.append(_Group(rows, width, data))
     return groups
+
+
+_SLACK = 16
+
+
+def _item_size(k: int) -> int:
+    """The power of two at or above `k` (for k <= 16; else `k`)."""
+    return k if k > 16 else 1 << (k - 1).bit_length()
 
 
 _VIEWS = hasattr(pa, "binary_view")
@@ -320,21 +346,21 @@ def pack(pieces: list[Piece]) -> tuple[memoryview, I64]:
         return memoryview(_mask_join(pieces)), lens
     groups = _groups(pieces)
     if len(groups) == 1:
-        return groups[0].data.data.cast("B"), lens
+        one = groups[0]
+        return np.ascontiguousarray(one.data[:, : one.width]).data.cast("B"), lens
     views = np.empty((n, 4), dtype=np.int32)  # length, prefix, buffer index, offset
     views[:, 0] = lens
     for g, grp in enumerate(groups):
         assert grp.rows is not None
         m = grp.rows.shape[0]
+        stride = grp.data.shape[1]
         if grp.width > 12:
-            views[grp.rows, 1] = np.ndarray(
-                (m,), dtype="<i4", buffer=grp.data, strides=(grp.width,)
-            )
+            views[grp.rows, 1] = np.ndarray((m,), dtype="<i4", buffer=grp.data, strides=(stride,))
             views[grp.rows, 2] = g
-            views[grp.rows, 3] = np.arange(0, m * grp.width, grp.width, dtype=np.int32)
+            views[grp.rows, 3] = np.arange(0, m * stride, stride, dtype=np.int32)
         else:  # short rows are stored in the view itself
             inline = np.zeros((m, 12), dtype=np.uint8)
-            inline[:, : grp.width] = grp.data
+            inline[:, : grp.width] = grp.data[:, : grp.width]
             views.view(np.uint8).reshape(n, 16)[grp.rows, 4:] = inline
     arr = pa.Array.from_buffers(
         pa.binary_view(),
@@ -373,7 +399,7 @@ def compact(pieces: list[Piece]) -> Piece:
             if grp.width == 0:
                 continue
             dst = _void(out, 0, grp.width, n, out.shape[1])
-            src = _void(grp.data, 0, grp.width, grp.data.shape[0], grp.width)
+            src = _void(grp.data, 0, grp.width, grp.data.shape[0], grp.data.shape[1])
             if grp.rows is None:
                 dst[...] = src
             else:
@@ -457,9 +483,7 @@ def debug_annotations(columns: dict[str, tuple[str, Any]], n: int) -> Piece:
                 ints = np.array([0 if v is None else int(v) for v in arr], dtype=np.int64)
                 value_pieces = field_varint(2 if kind == "bool" else 4, ints.view(np.uint64))
         sub = field_message(4, [name_piece, *value_pieces])
-        for p in sub:
-            p.lens = np.where(present, p.lens, 0)
-        pieces += sub
+        pieces += [Piece(p.data, np.where(present, p.lens, 0)) for p in sub]
     return compact(pieces) if pieces else empty(n)
 
 
