@@ -67,6 +67,20 @@ COUNTER_UNITS = {
     "mem_util_pct": "%",
 }
 
+# The events table's columns the export reads (the rest is never loaded).
+EVENT_COLUMNS = (
+    "cat",
+    "name",
+    "ph",
+    "start_ns",
+    "dur_ns",
+    "pid",
+    "tid",
+    "device",
+    "stream",
+    "correlation",
+)
+
 BREAKDOWN_ARGS = (
     "wall_ns",
     "forward_ns",
@@ -447,8 +461,26 @@ class _RankExport:
         return out
 
     def intern_column(self, names: pl.Series) -> np.ndarray:
-        """iids for a string column: Python work only once per distinct name."""
+        """iids for a string column: Python work only once per distinct name.
+
+        Names are interned in the order they first appear. A categorical column without nulls
+        is interned on its codes (no string is built per row).
+        """
         import polars as pl
+
+        if names.dtype == pl.Categorical and names.len() and not names.null_count():
+            codes = names.to_physical()
+            firsts = (
+                codes.to_frame("c")
+                .with_row_index("i")
+                .unique("c", keep="first", maintain_order=True)
+            )
+            iids = self.intern(names.gather(firsts["i"]).cast(pl.String).to_list())
+            first_codes = firsts["c"].to_numpy().astype(np.int64)
+            lut = np.zeros(int(first_codes.max()) + 1, dtype=np.int64)
+            lut[first_codes] = iids
+            out: np.ndarray = lut[codes.to_numpy()]
+            return out
 
         names = names.cast(pl.String).fill_null("")
         uniq = names.unique(maintain_order=True)
@@ -503,7 +535,9 @@ class _RankExport:
         )
 
         events = (
-            reader.read_table(self.run_dir, "events", rank=self.rank)
+            reader.scan_table(self.run_dir, "events", rank=self.rank)
+            .select(EVENT_COLUMNS)
+            .collect()
             if self.ctx.tables["events"] and self.rank in reader.ranks(self.run_dir, "events")
             else None
         )
@@ -733,18 +767,7 @@ class _RankExport:
     def events(self, proc: int, events: pl.DataFrame, main_pid: int | None) -> list[_Slices]:
         import polars as pl
 
-        ev = events.select(
-            "cat",
-            "name",
-            "ph",
-            "start_ns",
-            "dur_ns",
-            "pid",
-            "tid",
-            "device",
-            "stream",
-            "correlation",
-        ).with_columns(
+        ev = events.select(EVENT_COLUMNS).with_columns(
             pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
             pl.col("ph").cast(pl.String).fill_null("X"),
             pl.col("correlation").fill_null(0),
