@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import struct
@@ -180,7 +181,8 @@ class Recorder:
         self.cycle = -1
         self.records = 0
         self.flushes = 0
-        self._seq = 0
+        # call numbers, unique in the process: next() on a count is atomic, even across threads
+        self._next_seq = itertools.count(1).__next__
         self._rows = bytearray()  # buffered rows, _ROW.size bytes each
         self._gpu_pending: list[tuple[int, Any, Any]] = []
         self._gpu_done: dict[int, tuple[int, int]] = {}
@@ -363,7 +365,7 @@ class Recorder:
                     nv.push_range(self._nvtx_attrs[code])
                 if prof is not None and prof.active:
                     rf = prof.range(f"tracekit/{site.phase}")
-            seq = self._seq = self._seq + 1
+            seq = self._next_seq()
             ev = self._gpu_mark() if cuda_on and depth == 0 else None
             return (
                 info, code, self.cycle, depth, parent, ts, seq, ts.replays, ev, ccode, rf, rfc,
@@ -434,6 +436,7 @@ class Recorder:
         """
         rec = self
         enter, leave = self.enter, self.exit
+        next_seq = self._next_seq
 
         def generic(*args: Any, **kwargs: Any) -> Any:
             if not rec.active:
@@ -497,7 +500,7 @@ class Recorder:
                             rec.cycle += 1
                         stack.append(code)
                         cycle = rec.cycle
-                        seq = rec._seq = rec._seq + 1
+                        seq = next_seq()
                         rep0 = ts.replays
                         ev = rec._gpu_mark() if cuda_on and depth == 0 else None
                         start = _time_ns()
