@@ -767,22 +767,28 @@ class _RankExport:
     def events(self, proc: int, events: pl.DataFrame, main_pid: int | None) -> list[_Slices]:
         import polars as pl
 
+        # `_x`: a complete event (ph X; a missing ph counts as X); `_inst`: an instant (i, I)
         ev = events.select(EVENT_COLUMNS).with_columns(
             pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
-            pl.col("ph").cast(pl.String).fill_null("X"),
+            (pl.col("ph") == "X").fill_null(True).alias("_x"),
+            pl.col("ph").is_in(["i", "I"]).fill_null(False).alias("_inst"),
             pl.col("correlation").fill_null(0),
-            (pl.col("cat").cast(pl.String) == "gpu_user_annotation").fill_null(False).alias("_ann"),
+            (pl.col("cat") == "gpu_user_annotation").fill_null(False).alias("_ann"),
         )
-        ev = ev.with_columns(pl.Series("_iid", self.intern_column(ev["name"]))).drop("name")
+        ev = ev.with_columns(pl.Series("_iid", self.intern_column(ev["name"]))).drop(
+            "name", "cat", "ph"
+        )
         ev = ev.with_row_index("_row")
         out: list[_Slices] = []
-        is_gpu = ev["stream"].is_not_null() & (ev["ph"] == "X")
-        gpu = ev.filter(is_gpu)
-        cpu = ev.filter(~is_gpu & ev["stream"].is_null() & ev["ph"].is_in(["X", "i", "I"]))
+        is_gpu = ev["stream"].is_not_null() & ev["_x"]
+        gpu = ev.filter(is_gpu).drop("tid", "_x", "_inst").rename({"pid": "_pid"})
+        cpu = ev.filter(ev["stream"].is_null() & (ev["_x"] | ev["_inst"])).drop(
+            "device", "stream", "_ann", "_inst"
+        )
 
         launch_flows: dict[int, list[int]] = {}
         if self.flows and gpu.height:
-            launch_corr = cpu.filter((pl.col("correlation") != 0) & (pl.col("ph") == "X"))[
+            launch_corr = cpu.filter((pl.col("correlation") != 0) & pl.col("_x"))[
                 "correlation"
             ].unique()
             gpu = gpu.with_columns(
@@ -805,7 +811,9 @@ class _RankExport:
 
         # GPU: a track a (device, stream), lanes where kernels overlap
         if gpu.height:
-            gpu = gpu.with_columns(pl.col("device").fill_null(pl.col("pid")).fill_null(-1))
+            gpu = gpu.with_columns(pl.col("device").fill_null(pl.col("_pid")).fill_null(-1)).drop(
+                "_pid", "_row"
+            )
             dev_tracks: dict[int, int] = {}
             for (device, stream, ann), sel in sorted(
                 gpu.partition_by(
@@ -856,7 +864,7 @@ class _RankExport:
                 )
                 d.thread.thread_name = tname
                 self.w.write(p)
-                inst = (sel["ph"] != "X").to_numpy()
+                inst = ~sel["_x"].to_numpy()
                 st = sel["start_ns"].to_numpy().astype(np.int64)
                 en = st + sel["dur_ns"].to_numpy().astype(np.int64)
                 iids = sel["_iid"].to_numpy()
