@@ -438,13 +438,27 @@ def ragged(rows: list[bytes]) -> Piece:
     return Piece(out, lens)
 
 
-def _string_piece(field: int, values: list[str | None]) -> Piece:
-    """`field` as a string on each row (absent for None); each distinct string encoded once."""
+def _string_piece(field: int, values: Any) -> Piece:
+    """`field` as a string on each row (absent for None); each distinct string encoded once.
+
+    `values`: a list, or a polars string Series (coded without a Python loop over rows)."""
     n = len(values)
     uniq: dict[str, int] = {}
-    idx = np.empty(n, dtype=np.int64)
-    for i, v in enumerate(values):
-        idx[i] = -1 if v is None else uniq.setdefault(v, len(uniq))
+    if _is_series(values):
+        import polars as pl
+
+        distinct = values.drop_nulls().unique(maintain_order=True)
+        uniq = {s: i for i, s in enumerate(distinct.to_list())}
+        codes = pl.Series(np.arange(distinct.len(), dtype=np.int64))
+        idx = (
+            values.replace_strict(distinct, codes, default=-1, return_dtype=pl.Int64)
+            .fill_null(-1)
+            .to_numpy()
+        )
+    else:
+        idx = np.empty(n, dtype=np.int64)
+        for i, v in enumerate(values):
+            idx[i] = -1 if v is None else uniq.setdefault(v, len(uniq))
     if not uniq:
         return empty(n)
     enc = [_tag(field, 2) + _varint_bytes(len(b)) + b for b in (u.encode() for u in uniq)]
@@ -457,12 +471,28 @@ def _string_piece(field: int, values: list[str | None]) -> Piece:
     return Piece(table[safe], np.where(idx >= 0, lens_u[safe], 0))
 
 
+def _is_series(values: Any) -> bool:
+    return hasattr(values, "is_null") and hasattr(values, "to_numpy")
+
+
+def _pl_float64() -> Any:
+    import polars as pl
+
+    return pl.Float64
+
+
+def _pl_int64() -> Any:
+    import polars as pl
+
+    return pl.Int64
+
+
 def debug_annotations(columns: dict[str, tuple[str, Any]], n: int) -> Piece:
     """TrackEvent.debug_annotations (field 4), one a column, per row; None / NaN leave it out.
 
     `columns` maps an argument name to (kind, values), kind one of "int", "double", "bool",
-    "string". DebugAnnotation fields: name 10, bool_value 2, int_value 4, double_value 5,
-    string_value 6.
+    "string"; values a list or a polars Series (nulls: absent). DebugAnnotation fields: name
+    10, bool_value 2, int_value 4, double_value 5, string_value 6.
     """
     pieces: list[Piece] = []
     for name, (kind, values) in columns.items():
@@ -471,17 +501,22 @@ def debug_annotations(columns: dict[str, tuple[str, Any]], n: int) -> Piece:
             value = _string_piece(6, list(values))
             present = value.lens > 0
             value_pieces = [value]
-        else:
-            arr = np.asarray(values, dtype=np.float64 if kind == "double" else object)
-            if kind == "double":
-                present = ~np.isnan(arr)
-                value_pieces = field_fixed64(
-                    5, np.where(present, arr, 0.0).astype("<f8").view("<u8")
-                )
+        elif kind == "double":
+            if _is_series(values):
+                arr = values.cast(_pl_float64()).fill_null(float("nan")).to_numpy()
             else:
-                present = np.array([v is not None for v in arr], dtype=bool)
-                ints = np.array([0 if v is None else int(v) for v in arr], dtype=np.int64)
-                value_pieces = field_varint(2 if kind == "bool" else 4, ints.view(np.uint64))
+                arr = np.asarray(values, dtype=np.float64)
+            present = ~np.isnan(arr)
+            value_pieces = field_fixed64(5, np.where(present, arr, 0.0).astype("<f8").view("<u8"))
+        else:
+            if _is_series(values):
+                present = ~values.is_null().to_numpy()
+                ints = values.fill_null(0).cast(_pl_int64()).to_numpy().astype(np.int64)
+            else:
+                obj = np.asarray(values, dtype=object)
+                present = np.array([v is not None for v in obj], dtype=bool)
+                ints = np.array([0 if v is None else int(v) for v in obj], dtype=np.int64)
+            value_pieces = field_varint(2 if kind == "bool" else 4, ints.view(np.uint64))
         sub = field_message(4, [name_piece, *value_pieces])
         pieces += [Piece(p.data, np.where(present, p.lens, 0)) for p in sub]
     return compact(pieces) if pieces else empty(n)

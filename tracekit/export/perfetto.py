@@ -597,8 +597,8 @@ class _RankExport:
             return []
         if cyc.height == 0:
             return []
-        sums: dict[int, dict[str, Any]] = {}
-        if bd is not None and bd.height:
+        summed = bd is not None and bd.height > 0
+        if bd is not None and summed:
             agg = bd.group_by("cycle").agg(
                 pl.col("wall_ns").sum(),
                 pl.col("forward_ns").sum(),
@@ -607,32 +607,30 @@ class _RankExport:
                 pl.col("graph_replayed").any(),
                 pl.col("allreduce_impl").drop_nulls().unique().sort().str.join(","),
             )
-            for row in agg.iter_rows(named=True):
-                sums[int(row["cycle"])] = row
+            # a cycle without breakdown rows gets no sums; an empty impl list none either
+            cyc = cyc.join(
+                agg.with_columns(
+                    pl.col("cycle").cast(cyc["cycle"].dtype),
+                    pl.when(pl.col("allreduce_impl") != "").then(pl.col("allreduce_impl")),
+                ),
+                on="cycle",
+                how="left",
+                maintain_order="left",
+            )
         cyc = cyc.sort("start_ns")
         track = self.descriptor("cycles", parent=proc, rank_order=0)
         starts = cyc["start_ns"].to_numpy().astype(np.int64)
         ends = np.maximum(cyc["end_ns"].to_numpy().astype(np.int64), starts)
         names = [f"cycle {c}" for c in cyc["cycle"].to_list()]
         cols: dict[str, tuple[str, Any]] = {
-            "cycle": ("int", cyc["cycle"].to_list()),
-            "accept_len": (
-                "double",
-                cyc["accept_len"].cast(pl.Float64).fill_null(float("nan")).to_list(),
-            ),
+            "cycle": ("int", cyc["cycle"]),
+            "accept_len": ("double", cyc["accept_len"].cast(pl.Float64).fill_null(float("nan"))),
         }
-        if sums:
-            per = [sums.get(int(c)) for c in cyc["cycle"].to_list()]
+        if summed:
             for key in ("wall_ns", "forward_ns", "allreduce_ns", "overhead_ns"):
-                cols[key] = ("int", [None if r is None else r[key] for r in per])
-            cols["graph_replayed"] = (
-                "bool",
-                [None if r is None else r["graph_replayed"] for r in per],
-            )
-            cols["allreduce_impl"] = (
-                "string",
-                [(r["allreduce_impl"] or None) if r else None for r in per],
-            )
+                cols[key] = ("int", cyc[key])
+            cols["graph_replayed"] = ("bool", cyc["graph_replayed"])
+            cols["allreduce_impl"] = ("string", cyc["allreduce_impl"].cast(pl.String))
         return self._lane_split(
             track,
             proc,
@@ -677,9 +675,9 @@ class _RankExport:
         starts = top["start_ns"].to_numpy().astype(np.int64)
         ends = np.maximum(top["end_ns"].to_numpy().astype(np.int64), starts)
         cols: dict[str, tuple[str, Any]] = {
-            "cycle": ("int", top["cycle"].to_list()),
-            "depth": ("int", top["depth"].to_list()),
-            "parent": ("string", top["parent"].to_list()),
+            "cycle": ("int", top["cycle"]),
+            "depth": ("int", top["depth"]),
+            "parent": ("string", top["parent"]),
         }
         kinds = {
             pl.Boolean: "bool",
@@ -691,21 +689,21 @@ class _RankExport:
             col = top[k]
             kind = kinds.get(col.dtype.base_type(), "int")
             if kind == "double":
-                cols[k] = (kind, col.cast(pl.Float64).fill_null(float("nan")).to_list())
+                cols[k] = (kind, col.cast(pl.Float64).fill_null(float("nan")))
             elif kind == "string":
-                cols[k] = (kind, col.cast(pl.String).to_list())
+                cols[k] = (kind, col.cast(pl.String))
             elif col.dtype.is_integer() or kind == "bool":
-                cols[k] = (kind, col.to_list())
+                cols[k] = (kind, col)
             else:
-                cols[k] = ("string", col.cast(pl.String).to_list())
-        names = [str(n) for n in top["phase"].to_list()]
+                cols[k] = ("string", col.cast(pl.String))
+        names = top["phase"].fill_null("None")  # as str(None)
         return self._lane_split(
             track,
             proc,
             "phases",
             starts,
             ends,
-            self.intern(names),
+            self.intern_column(names),
             args=_pbenc.debug_annotations(cols, top.height),
             nested=True,
         )
@@ -955,7 +953,7 @@ class _RankExport:
                 else zero - 1,
             }
             extra = _pbenc.take(g.args, idx, is_begin) if g.args is not None else None
-            for chunk in _chunks(idx.shape[0], 1 << 18):
+            for chunk in _chunks(idx.shape[0], 1 << 17):
                 piece = None
                 if extra is not None:
                     piece = _pbenc.Piece(extra.data[chunk], extra.lens[chunk])
