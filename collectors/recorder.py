@@ -147,6 +147,26 @@ _time_ns = time.time_ns
 _modules = sys.modules
 
 
+def _compiling_check(tc: Any) -> Callable[[], bool]:
+    """`torch.compiler.is_compiling`, or an equivalent that costs one call less.
+
+    `is_compiling()` is True while Dynamo traces (Dynamo folds the call to True) and while
+    `torch.compiler._is_compiling_flag` is set (export, AOT tracing, a compile session), False
+    under TorchScript scripting, where no tracekit wrapper runs. `is_dynamo_compiling()` is
+    folded to True by Dynamo too and is a bare `return False` in eager Python, so
+    `is_dynamo_compiling() or _is_compiling_flag` says the same for less. Torch versions
+    without either name get `is_compiling` itself.
+    """
+    dynamo = getattr(tc, "is_dynamo_compiling", None)
+    if dynamo is None or not isinstance(getattr(tc, "_is_compiling_flag", None), bool):
+        return tc.is_compiling  # type: ignore[no-any-return]
+
+    def is_compiling() -> bool:
+        return dynamo() or tc._is_compiling_flag  # type: ignore[no-any-return]
+
+    return is_compiling
+
+
 class _Thread:
     """Per-thread state, one `threading.local` look-up a call: the stack of open phase codes,
     the native thread id, graph replays counted so far, whether a cycle is open, and whether
@@ -179,8 +199,8 @@ class Recorder:
         self.active = True
         self.pid = os.getpid()
         self.cycle = -1
-        self.records = 0
         self.flushes = 0
+        self._rows_written = 0
         # call numbers, unique in the process: next() on a count is atomic, even across threads
         self._next_seq = itertools.count(1).__next__
         self._rows = bytearray()  # buffered rows, _ROW.size bytes each
@@ -216,6 +236,11 @@ class Recorder:
         self.process_info: dict[str, Any] = {}
         self.finished = False
 
+    @property
+    def records(self) -> int:
+        """Rows recorded so far in this process: written plus buffered."""
+        return self._rows_written + len(self._rows) // _ROW.size
+
     # -- paths -----------------------------------------------------------------------------
     @property
     def dir(self) -> Path:
@@ -242,7 +267,7 @@ class Recorder:
         if torch is None:
             return
         try:
-            self._is_compiling = torch.compiler.is_compiling
+            self._is_compiling = _compiling_check(torch.compiler)
             self._cuda = torch.cuda
         except AttributeError:  # torch is still importing
             self._is_compiling = None
@@ -411,7 +436,6 @@ class Recorder:
                     self._gpu_pending.append((cseq, ev, ev_end))
                 if self.profile is not None:
                     self.profile.cycle_end(cycle, rfc)
-            self.records += 1
             # Flush between cycles (not inside one, where it would add to the cycle's time),
             # unless the buffer keeps growing inside a very long cycle.
             if depth == 0:
@@ -530,7 +554,6 @@ class Recorder:
                     )  # fmt: skip
                     if ev_end is not None:
                         rec._gpu_pending.append((seq, ev, ev_end))
-                    rec.records += 1
                     if depth == 0:
                         n = len(rows)
                         if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
@@ -668,6 +691,7 @@ class Recorder:
                 if len(ready):
                     os.write(self._fd, self._batch(ready))  # type: ignore[arg-type]
                     self.flushes += 1
+                    self._rows_written += len(ready)
                 if final:
                     os.write(self._fd, _EOS)  # type: ignore[arg-type]
                     os.close(self._fd)  # type: ignore[arg-type]
@@ -779,7 +803,7 @@ class Recorder:
         self._sites_written = 0
         self._lock = threading.RLock()
         self._loc = threading.local()
-        self.records = 0
+        self._rows_written = 0
         self.flushes = 0
         self.finished = False
         self._manifest_written = False

@@ -394,3 +394,24 @@ def test_inlined_phase_path_records_what_enter_exit_record(tmp_path: Path) -> No
     assert all(r["start_ns"] <= r["end_ns"] for r in inlined)
     assert {r["graph_replays"] for r in inlined if r["phase"] == "verify"} == {1}
     assert [r["ok"] for r in inlined if r["phase"] == "draft"].count(False) == 4
+
+
+def test_compiling_check_follows_torch_is_compiling() -> None:
+    from tracekit.collectors.recorder import _compiling_check
+
+    torch = pytest.importorskip("torch")
+    check = _compiling_check(torch.compiler)
+    assert check() is False
+    assert check() == torch.compiler.is_compiling()
+    old = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True  # what export and compile sessions set
+    try:
+        assert check() is True
+        assert torch.compiler.is_compiling() is True
+    finally:
+        torch.compiler._is_compiling_flag = old
+    # a torch without the names: its own is_compiling
+    from types import SimpleNamespace
+
+    old_api = SimpleNamespace(is_compiling=lambda: False)
+    assert _compiling_check(old_api) is old_api.is_compiling
