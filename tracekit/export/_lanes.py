@@ -40,7 +40,15 @@ def disjoint_lanes(start: I64, end: I64) -> I64:
     if crowded.shape[0] == 0:
         return lanes
     out = np.zeros(n, dtype=np.int64)
-    out[crowded] = _greedy(s[crowded], e[crowded])
+    # All lanes are free where a group starts, so groups are independent; in a group of two
+    # the second slice takes lane 1. Larger groups go through the greedy loop.
+    group = np.cumsum(new_group) - 1
+    many = np.bincount(group)[group[crowded]] > 2
+    pair = crowded[~many]
+    out[pair] = ~new_group[pair]
+    big = crowded[many]
+    if big.shape[0]:
+        out[big] = _greedy(s[big], e[big])
     lanes[order] = out
     return lanes
 
@@ -140,7 +148,8 @@ def is_nested(idx: I64, is_begin: npt.NDArray[np.bool_]) -> bool:
     level = np.where(is_begin, depth_after, depth_after + 1)
     if depth_after.min() < 0:
         return False
-    order = np.argsort(level, kind="stable")
+    # levels are small: a 16-bit stable sort is a radix sort
+    order = np.argsort(level.astype(np.int16) if level.max() < 1 << 15 else level, kind="stable")
     lv, ib, ix = level[order], is_begin[order], idx[order]
     # within each level, points must alternate begin, end with the same slice
     if ib[0::2].all() and not ib[1::2].any():
