@@ -415,6 +415,33 @@ class _Slices:
     order: tuple[np.ndarray, np.ndarray] | None = None  # sweep_order(start, end), if known
 
 
+@dataclass
+class _Points:
+    """Begin/end (or instant) packets of one track, in writing order."""
+
+    track: int
+    ts: np.ndarray
+    type: np.ndarray
+    iid: np.ndarray  # 0 on ends
+    corr: np.ndarray | None = None  # 0 on ends
+    flow: np.ndarray | None = None  # 0 on ends
+    special: np.ndarray | None = None  # -1: no protobuf-built packet
+
+    def rows(self, sel: slice) -> _Points:
+        def cut(x: np.ndarray | None) -> np.ndarray | None:
+            return None if x is None else x[sel]
+
+        return _Points(
+            self.track,
+            self.ts[sel],
+            self.type[sel],
+            self.iid[sel],
+            cut(self.corr),
+            cut(self.flow),
+            cut(self.special),
+        )
+
+
 class _RankExport:
     def __init__(
         self,
@@ -934,45 +961,39 @@ class _RankExport:
                 idx, is_begin = g.order or sweep_order(g.start, g.end)
                 types = np.where(is_begin, SLICE_BEGIN, SLICE_END)
                 ts = np.where(is_begin, g.start[idx], g.end[idx])
-            zero = np.zeros(idx.shape[0], dtype=np.int64)
-            a = {
-                "ts": ts,
-                "type": types,
-                "track": np.full(idx.shape[0], g.track, dtype=np.int64),
-                "iid": np.where(is_begin, g.name_iid[idx], 0),
-                "corr": np.where(is_begin, g.correlation[idx], 0)
-                if g.correlation is not None
-                else zero,
-                "flow": (
-                    np.where(is_begin, g.flow[idx], 0).astype(np.uint64)
-                    if g.flow is not None
-                    else zero.astype(np.uint64)
-                ),
-                "special": np.where(is_begin, g.special[idx], -1)
-                if g.special is not None
-                else zero - 1,
-            }
+            # columns absent from the group stay None: nothing to encode
+            a = _Points(
+                track=g.track,
+                ts=ts,
+                type=types,
+                iid=np.where(is_begin, g.name_iid[idx], 0),
+                corr=None if g.correlation is None else np.where(is_begin, g.correlation[idx], 0),
+                flow=None
+                if g.flow is None
+                else np.where(is_begin, g.flow[idx], 0).astype(np.uint64),
+                special=None if g.special is None else np.where(is_begin, g.special[idx], -1),
+            )
             extra = _pbenc.take(g.args, idx, is_begin) if g.args is not None else None
             for chunk in _chunks(idx.shape[0], 1 << 17):
                 piece = None
                 if extra is not None:
                     piece = _pbenc.Piece(extra.data[chunk], extra.lens[chunk])
-                self._emit_chunk({k: v[chunk] for k, v in a.items()}, piece)
+                self._emit_chunk(a.rows(chunk), piece)
 
-    def _emit_chunk(self, a: dict[str, np.ndarray], extra: _pbenc.Piece | None) -> None:
+    def _emit_chunk(self, a: _Points, extra: _pbenc.Piece | None) -> None:
         """Encode the chunk vectorised; splice protobuf packets in for rows with arguments."""
         blob, lens = _pbenc.track_event_packets(
-            ts=a["ts"],
-            event_type=a["type"],
-            track_uuid=a["track"],
+            ts=a.ts,
+            event_type=a.type,
+            track_uuid=np.int64(a.track),
             sequence_id=self.seq,
-            name_iid=a["iid"],
-            correlation=a["corr"],
-            flow_id=a["flow"],
+            name_iid=a.iid,
+            correlation=a.corr,
+            flow_id=a.flow,
             extra=extra if extra is not None and int(extra.lens.max()) else None,
         )
-        positions = np.flatnonzero(a["special"] >= 0)
-        if positions.shape[0] == 0:
+        positions = np.flatnonzero(a.special >= 0) if a.special is not None else None
+        if positions is None or positions.shape[0] == 0:
             self.w.raw(blob)
             return
         ends = np.cumsum(lens)
@@ -987,15 +1008,16 @@ class _RankExport:
         if done < len(blob):
             self.w.raw(view[done:])
 
-    def _emit_special(self, a: dict[str, np.ndarray], pos: int) -> None:
-        k = int(a["special"][pos])
-        p = self.packet(int(a["ts"][pos]))
+    def _emit_special(self, a: _Points, pos: int) -> None:
+        assert a.special is not None
+        k = int(a.special[pos])
+        p = self.packet(int(a.ts[pos]))
         e = p.track_event
-        e.type = int(a["type"][pos])
-        e.track_uuid = int(a["track"][pos])
-        e.name_iid = int(a["iid"][pos])
-        if a["corr"][pos]:
-            e.correlation_id = int(a["corr"][pos])
+        e.type = int(a.type[pos])
+        e.track_uuid = a.track
+        e.name_iid = int(a.iid[pos])
+        if a.corr is not None and a.corr[pos]:
+            e.correlation_id = int(a.corr[pos])
         e.flow_ids.extend(self.special_flows[k])
         _annotate(p, self.special_args[k])
         self.w.write(p)
