@@ -3,10 +3,12 @@
 Figures for docs/BENCHMARKS.md, "Collector overhead".
 
 1. CPU, per call (budget: 2 µs): a trivial function called N times unwrapped, then wrapped by a
-   light-mode recorder that writes to a temporary run directory (NVTX domain cached when the
-   `nvtx` package is installed). Measured before and after `import torch` (with torch loaded
-   every call also asks `torch.compiler.is_compiling()`), for a top-level phase and for a phase
-   nested in a cycle. Median of `--repeat` runs.
+   light-mode recorder that writes to a temporary run directory (flush every 10,000 records;
+   NVTX skipped unless a tool is attached). Measured before and after `import torch` (with
+   torch loaded every call also asks whether torch.compile is tracing; one `gc.collect()` right
+   after the import), for a top-level phase and for a phase nested in a cycle, and with the recorder inactive (the wrapper's pass-through). Median of
+   `--repeat` runs, wall clock (`perf_counter_ns`) and this thread's CPU time
+   (`thread_time_ns`, which a loaded machine disturbs less).
 2. Demo cycle (`--demo`; budget on a GPU: 1% of the cycle): `python -m tracekit.demo` with and
    without `tracekit launch`, alternated `--demo-runs` times; the demo's own median step time.
 
@@ -18,6 +20,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -37,20 +40,23 @@ def _f(x: int) -> int:
     return x
 
 
-def _loop(fn: Any, n: int) -> float:
-    t0 = time.perf_counter_ns()
+def _loop(fn: Any, n: int) -> tuple[float, float]:
+    """(wall ns, CPU ns of this thread) a call."""
+    c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
     for i in range(n):
         fn(i)
-    return (time.perf_counter_ns() - t0) / n
+    t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+    return (t1 - t0) / n, (c1 - c0) / n
 
 
-def per_call(n: int, repeat: int, *, nested: bool) -> dict[str, float]:
+def per_call(n: int, repeat: int, *, nested: bool, active: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         rec = Recorder(
             RecorderConfig(raw_dir=Path(tmp) / "raw", flush_records=10_000, flush_seconds=1.0)
         )
         wrapped = make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
         call = wrapped
+        rec.active = active  # inactive: the wrapper's pass-through
         if nested:
             # the phase runs inside an open cycle-target call: depth 1, no flush between calls
             cyc = make_wrapper(lambda: None, Site(Target("bench", "step"), cycle=True), rec)
@@ -62,8 +68,16 @@ def per_call(n: int, repeat: int, *, nested: bool) -> dict[str, float]:
         if nested:
             rec.exit(fr, True, None)
         rec.close()
-    p, w = statistics.median(plain), statistics.median(wrap)
-    return {"plain_ns": p, "wrapped_ns": w, "overhead_ns": w - p}
+    p, w = statistics.median(x[0] for x in plain), statistics.median(x[0] for x in wrap)
+    pc, wc = statistics.median(x[1] for x in plain), statistics.median(x[1] for x in wrap)
+    return {
+        "plain_ns": p,
+        "wrapped_ns": w,
+        "overhead_ns": w - p,
+        "plain_cpu_ns": pc,
+        "wrapped_cpu_ns": wc,
+        "overhead_cpu_ns": wc - pc,
+    }
 
 
 def demo_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -110,9 +124,16 @@ def main() -> None:
     for torch_loaded in (False, True):
         if torch_loaded:
             import torch  # noqa: F401
-        for nested in (False, True):
-            r = per_call(args.calls, args.repeat, nested=nested)
-            rows.append({"torch_imported": torch_loaded, "nested_in_cycle": nested, **r})
+
+            # Settle the import: its ~150k new objects make the next full collection due, and
+            # that one collection (~0.2 s here) would land in the first loop below; a server
+            # that has run a while has long paid it. Later collections are measured.
+            gc.collect()
+        for nested, active in ((False, True), (True, True), (False, False)):
+            r = per_call(args.calls, args.repeat, nested=nested, active=active)
+            rows.append(
+                {"torch_imported": torch_loaded, "nested_in_cycle": nested, "active": active, **r}
+            )
     report: dict[str, Any] = {"python": sys.version.split()[0], "nvtx": nvtx_note, "per_call": rows}
     if args.demo:
         runs = demo_runs(args)
@@ -121,12 +142,17 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"Python {report['python']}, {nvtx_note}; {args.calls} calls x {args.repeat}, median")
-    print("| torch imported | phase | unwrapped ns/call | wrapped ns/call | overhead µs/call |")
-    print("|---|---|---|---|---|")
+    print(
+        "| torch imported | phase | unwrapped ns/call | wrapped ns/call | overhead µs/call (wall) "
+        "| overhead µs/call (thread CPU) |"
+    )
+    print("|---|---|---|---|---|---|")
     for r in rows:
         where = "nested in a cycle" if r["nested_in_cycle"] else "top level"
+        if not r["active"]:
+            where = "recorder inactive (pass-through)"
         print(
-            f"| {'yes' if r['torch_imported'] else 'no'} | {where} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} |"
+            f"| {'yes' if r['torch_imported'] else 'no'} | {where} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} | {r['overhead_cpu_ns'] / 1000:.2f} |"
         )
     if args.demo:
 
