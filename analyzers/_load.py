@@ -39,11 +39,24 @@ KEPT_CATS = (*GPU_CATS, *RUNTIME_CATS, "user_annotation", "cpu_op")
 _cache: dict[tuple[str, int, tuple[tuple[str, float], ...]], pl.DataFrame] = {}
 
 
-def _read_events(run_dir: Path, rank: int) -> pl.DataFrame:
+def _key(run_dir: Path, rank: int) -> tuple[str, int, tuple[tuple[str, float], ...]]:
     files = tuple(
         (str(f), f.stat().st_mtime) for r, f in table_files(run_dir, "events") if r == rank
     )
-    key = (str(Path(run_dir).resolve()), rank, files)
+    return (str(Path(run_dir).resolve()), rank, files)
+
+
+def prime_events(run_dir: Path, rank: int, events: pl.DataFrame) -> None:
+    """Hand the analyzers a rank's events table the caller has read already (at least
+    EVENT_COLUMNS, all rows in file order), so that they do not read the files again."""
+    _cache.clear()
+    _cache[_key(run_dir, rank)] = events.select(EVENT_COLUMNS).filter(
+        pl.col("cat").is_in(KEPT_CATS)
+    )
+
+
+def _read_events(run_dir: Path, rank: int) -> pl.DataFrame:
+    key = _key(run_dir, rank)
     hit = _cache.get(key)
     if hit is not None:
         return hit

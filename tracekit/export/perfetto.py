@@ -81,6 +81,16 @@ EVENT_COLUMNS = (
     "correlation",
 )
 
+
+def _read_columns() -> list[str]:
+    """EVENT_COLUMNS and the analyzers' columns (one read of the events table serves both)."""
+    try:
+        from tracekit.analyzers._load import EVENT_COLUMNS as ANALYZER_COLUMNS
+    except ImportError:
+        return list(EVENT_COLUMNS)
+    return list(dict.fromkeys([*EVENT_COLUMNS, *ANALYZER_COLUMNS]))
+
+
 BREAKDOWN_ARGS = (
     "wall_ns",
     "forward_ns",
@@ -266,11 +276,19 @@ class _RunContext:
 
 
 def _rank_analysis(
-    run_dir: Path, rank: int, tables: dict[str, bool], notes: list[str]
+    run_dir: Path,
+    rank: int,
+    tables: dict[str, bool],
+    notes: list[str],
+    events: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     """(phase instances, breakdown) of one rank from `tracekit.analyzers` (the same per-rank
-    steps `breakdown()` runs), or the collector's phases table when the analyzers are absent."""
+    steps `breakdown()` runs), or the collector's phases table when the analyzers are absent.
+
+    `events`: the rank's events table as the export read it (with the analyzers' columns), so
+    the analyzers need not read it again."""
     try:
+        from tracekit.analyzers._load import prime_events
         from tracekit.analyzers.allreduce import load_impl_table
         from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
         from tracekit.analyzers.phases import rank_phases
@@ -284,6 +302,8 @@ def _rank_analysis(
             ), None
         return None, None
     try:
+        if events is not None:
+            prime_events(run_dir, rank, events)
         rp = rank_phases(run_dir, rank, load_rules(None))
         if rp is None:
             notes.append(
@@ -557,16 +577,15 @@ class _RankExport:
     def write(self) -> None:
         import polars as pl
 
-        self.phase_frame, self.bd = _rank_analysis(
-            self.run_dir, self.rank, self.ctx.tables, self.stats.notes
-        )
-
         events = (
             reader.scan_table(self.run_dir, "events", rank=self.rank)
-            .select(EVENT_COLUMNS)
+            .select(_read_columns())
             .collect()
             if self.ctx.tables["events"] and self.rank in reader.ranks(self.run_dir, "events")
             else None
+        )
+        self.phase_frame, self.bd = _rank_analysis(
+            self.run_dir, self.rank, self.ctx.tables, self.stats.notes, events
         )
         info = self.ctx.processes.get(self.rank, {})
         pid = _int_or_none(info.get("pid"))
