@@ -134,6 +134,9 @@ def write_perfetto(
 
 # Below this many events, ranks are written in this process (starting workers costs ~1 s).
 PARALLEL_MIN_EVENTS = 400_000
+# Nor with fewer CPUs: a rank takes about 1 s a 500k events, so on 2 CPUs the workers' start
+# and the copy of their files cost more than they save (docs/BENCHMARKS.md, "Outputs").
+PARALLEL_MIN_CPUS = 4
 
 
 def export(
@@ -142,7 +145,8 @@ def export(
     """`write_perfetto`, returning what was written.
 
     Ranks are independent packet sequences, so with `jobs` > 1 (default: one per CPU for runs
-    of at least PARALLEL_MIN_EVENTS events) worker processes write ranks to temporary files,
+    of at least PARALLEL_MIN_EVENTS events on PARALLEL_MIN_CPUS CPUs or more) worker processes
+    write ranks to temporary files,
     which are then appended in rank order; each worker holds one rank at a time.
     """
     run_dir = Path(run_dir)
@@ -167,7 +171,7 @@ def export(
     stats = ExportStats(path=out_path, ranks=all_ranks)
     if jobs is None:
         jobs = 1
-        if len(all_ranks) > 1 and tables["events"]:
+        if len(all_ranks) > 1 and tables["events"] and (os.cpu_count() or 1) >= PARALLEL_MIN_CPUS:
             n_events = sum(pq_rows(f) for _, f in reader.table_files(run_dir, "events"))
             if n_events >= PARALLEL_MIN_EVENTS:
                 jobs = min(len(all_ranks), os.cpu_count() or 1)
