@@ -14,6 +14,8 @@ Figures for docs/BENCHMARKS.md, "Collector overhead".
 
 Usage:
     python bench/collector_overhead.py                      # CPU per-call figures
+    git show REV:collectors/recorder.py > old/recorder.py  # (and wrappers.py), then:
+    python bench/collector_overhead.py --code old           # the same figures for REV
     python bench/collector_overhead.py --demo --device cuda --ranks 1 --cycles 200
 """
 
@@ -31,9 +33,30 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors import recorder as _recorder
+from tracekit.collectors import wrappers as _wrappers
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import Recorder, RecorderConfig
-from tracekit.collectors.wrappers import make_wrapper
+
+REC: Any = _recorder  # the recorder and wrappers measured (--code swaps them)
+WRAP: Any = _wrappers
+
+
+def _load_code(directory: Path) -> None:
+    """Measure another version of `recorder.py` and `wrappers.py` (e.g. an older commit's,
+    `git show REV:collectors/recorder.py > DIR/recorder.py`), for before/after runs."""
+    import importlib.util
+
+    global REC, WRAP
+    loaded = []
+    for name in ("recorder", "wrappers"):
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", directory / f"{name}.py")
+        assert spec is not None
+        assert spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        loaded.append(mod)
+    REC, WRAP = loaded
 
 
 def _f(x: int) -> int:
@@ -51,15 +74,15 @@ def _loop(fn: Any, n: int) -> tuple[float, float]:
 
 def per_call(n: int, repeat: int, *, nested: bool, active: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        rec = Recorder(
-            RecorderConfig(raw_dir=Path(tmp) / "raw", flush_records=10_000, flush_seconds=1.0)
+        rec = REC.Recorder(
+            REC.RecorderConfig(raw_dir=Path(tmp) / "raw", flush_records=10_000, flush_seconds=1.0)
         )
-        wrapped = make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
+        wrapped = WRAP.make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
         call = wrapped
         rec.active = active  # inactive: the wrapper's pass-through
         if nested:
             # the phase runs inside an open cycle-target call: depth 1, no flush between calls
-            cyc = make_wrapper(lambda: None, Site(Target("bench", "step"), cycle=True), rec)
+            cyc = WRAP.make_wrapper(lambda: None, Site(Target("bench", "step"), cycle=True), rec)
             fr = rec.enter(cyc.__tracekit_site__)  # type: ignore[attr-defined]
         plain, wrap = [], []
         for _ in range(repeat):
@@ -112,7 +135,15 @@ def main() -> None:
     ap.add_argument("--verify-mode", default="extend")
     ap.add_argument("--demo-runs", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    ap.add_argument(
+        "--code",
+        type=Path,
+        help="measure recorder.py and wrappers.py from this directory (an older version)",
+    )
+    ap.add_argument("--no-torch", action="store_true", help="skip the rows with torch imported")
     args = ap.parse_args()
+    if args.code is not None:
+        _load_code(args.code)
 
     try:
         import nvtx  # noqa: F401
@@ -121,7 +152,7 @@ def main() -> None:
     except ImportError:
         nvtx_note = "nvtx not installed"
     rows = []
-    for torch_loaded in (False, True):
+    for torch_loaded in (False,) if args.no_torch else (False, True):
         if torch_loaded:
             import torch  # noqa: F401
 

@@ -10,9 +10,11 @@ format, one `os.write` a flush) every `flush_records` records or `flush_seconds`
 outermost exits only, and at process exit. A process killed with SIGKILL loses at most what was
 buffered since the last flush; the stream stays readable up to the last complete batch.
 
-The hot path (`enter` / `exit`, budget 2 µs of CPU a call) allocates only what it must: one
-frame tuple (freed at exit) and one packed row of bytes (never walked by the garbage collector);
-per-thread state is one `threading.local` look-up, per-site state one dict look-up.
+The hot path (budget 2 µs of CPU a call; docs/BENCHMARKS.md) is `sync_call`, the body of a
+phase site's sync wrapper with `enter` and `exit` inlined: it keeps one packed row of bytes a
+call (nothing the garbage collector walks), looks per-thread state up once (`threading.local`)
+and keeps per-site state in closure cells. `enter` / `exit` (cycle targets, async wrappers, full
+mode, an NVTX tool) add a frame tuple, freed at exit, and one dict look-up for the site.
 
 Nothing heavy is imported until the first record: pyarrow, nvtx and torch are looked up then.
 Every public method is guarded: if the recorder itself fails, it disables itself, prints one line
