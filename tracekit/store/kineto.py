@@ -420,8 +420,8 @@ def _str_array(values: Sequence[Any]) -> pa.Array:
         arr = pa.array(values)
         if pa.types.is_string(arr.type) or pa.types.is_null(arr.type):
             return arr.cast(pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        pass  # mixed types, ints beyond int64: converted one by one below
     return pa.array(
         [v if (v is None or type(v) is str) else str(v) for v in values], type=pa.string()
     )
