@@ -25,41 +25,34 @@ _dict_str = pa.dictionary(pa.int32(), pa.string())
 # `C` where useful). One row an event.
 EVENTS = pa.schema(
     [
-        pa.field(
-            "cat", _dict_str
-        ),  # Kineto category: kernel, cuda_runtime, cpu_op, user_annotation, ...
+        # Kineto category: kernel, cuda_runtime, cpu_op, user_annotation, ...
+        pa.field("cat", _dict_str),
         pa.field("name", _dict_str),  # event name (kernel names demangled, as written)
         pa.field("ph", _dict_str),  # "X" complete, "i" instant, "C" counter
         pa.field("start_ns", pa.int64()),  # absolute ns, common time base
         pa.field("dur_ns", pa.int64()),  # >= 0 (negative durations clamped to 0 and counted)
-        pa.field(
-            "pid", pa.int64()
-        ),  # OS pid for CPU rows, device index for GPU rows; null if not numeric
-        pa.field(
-            "tid", pa.int64()
-        ),  # OS tid for CPU rows, stream id for GPU rows; null if not numeric
+        # OS pid for CPU rows, device index for GPU rows; null if not numeric
+        pa.field("pid", pa.int64()),
+        # OS tid for CPU rows, stream id for GPU rows; null if not numeric
+        pa.field("tid", pa.int64()),
         pa.field("device", pa.int32()),  # GPU rows: args.device (else pid); null for CPU rows
-        pa.field(
-            "stream", pa.int64()
-        ),  # GPU rows (kernel, gpu_memcpy, gpu_memset, gpu_user_annotation, Stream Sync): stream id; null for CPU rows
+        # GPU rows (kernel, gpu_memcpy, gpu_memset, gpu_user_annotation, Stream Sync): stream id; null for CPU rows
+        pa.field("stream", pa.int64()),
         pa.field("correlation", pa.int64()),  # args.correlation (runtime call <-> GPU activity)
         pa.field("external_id", pa.int64()),  # args["External id"]
         pa.field("cbid", pa.int32()),  # runtime/driver callback id (kept for "INVALID" names)
-        pa.field(
-            "graph_launched", pa.bool_()
-        ),  # GPU row whose correlation is a cuda/cu/hipGraphLaunch on this rank (null on CPU rows)
-        pa.field(
-            "collective", pa.string()
-        ),  # args["Collective name"] (record_param_comms, NCCL kernels)
+        # GPU row whose correlation is a cuda/cu/hipGraphLaunch on this rank (null on CPU rows)
+        pa.field("graph_launched", pa.bool_()),
+        # args["Collective name"] (record_param_comms, NCCL kernels)
+        pa.field("collective", pa.string()),
         pa.field("dtype", pa.string()),  # args["dtype"]
         pa.field("msg_nelems", pa.int64()),  # args["In msg nelems"]
         pa.field("group_size", pa.int32()),  # args["Group size"]
         pa.field("pg_name", pa.string()),  # args["Process Group Name"]
         pa.field("bytes", pa.int64()),  # gpu_memcpy / gpu_memset args.bytes
         pa.field("value", pa.float64()),  # counter value (ph == "C")
-        pa.field(
-            "args", pa.string()
-        ),  # the event's args object as JSON text as written (ingest; ends in "\n"), null when its typed columns hold them all (cuda_runtime/cuda_driver) or it has none
+        # the event's args object as JSON text as written (ingest; ends in "\n"), null when its typed columns hold them all (cuda_runtime/cuda_driver) or it has none
+        pa.field("args", pa.string()),
     ]
 )
 
@@ -94,14 +87,12 @@ PHASES = pa.schema(
         pa.field("seq", pa.int64()),  # call order on this rank
         pa.field("start_ns", pa.int64()),  # CPU wall clock (time.time_ns), absolute
         pa.field("end_ns", pa.int64()),
-        pa.field(
-            "gpu_start_ns", pa.int64()
-        ),  # from CUDA events on the current stream, absolute; null on CPU
+        # from CUDA events on the current stream, absolute; null on CPU
+        pa.field("gpu_start_ns", pa.int64()),
         pa.field("gpu_end_ns", pa.int64()),
         pa.field("graph_replays", pa.int32()),  # torch.cuda.CUDAGraph.replay calls inside the call
-        pa.field(
-            "accept_len", pa.float64()
-        ),  # tokens emitted (accepted + bonus) read from the return value
+        # tokens emitted (accepted + bonus) read from the return value
+        pa.field("accept_len", pa.float64()),
         pa.field("ok", pa.bool_()),  # False when the wrapped call raised
         pa.field("target", pa.string()),  # module:Qualname that was wrapped
     ]
@@ -114,9 +105,8 @@ CYCLES = pa.schema(
         pa.field("start_ns", pa.int64()),
         pa.field("end_ns", pa.int64()),
         pa.field("accept_len", pa.float64()),  # tokens emitted in the cycle, null when unknown
-        pa.field(
-            "source", pa.string()
-        ),  # "cycle_target", "cycle_annotation", "starts_with:<phase>"
+        # "cycle_target", "cycle_annotation", "starts_with:<phase>"
+        pa.field("source", pa.string()),
     ]
 )
 
