@@ -450,34 +450,21 @@ class Recorder:
         except Exception as exc:
             self.fail("exit", exc)
 
-    def sync_call(self, fn: Callable[..., Any], site: Site) -> Callable[..., Any]:
+    def sync_call(
+        self, fn: Callable[..., Any], site: Site, generic: Callable[..., Any]
+    ) -> Callable[..., Any]:
         """The body of the sync wrapper of `site` (`wrappers.make_wrapper` adds the metadata).
 
         For a phase site that is no cycle target (the hot case: draft, verify, allreduce...)
         `enter` and `exit` are inlined here, which saves two calls, the frame tuple and most
         attribute look-ups. The inlined code is `enter` + `exit` for such a site with no NVTX
         tool and no profiler window; any other state (the site's first call, which registers
-        it, an NVTX tool, full mode) goes through `enter` / `exit` (the test
+        it, an NVTX tool, full mode) goes through `generic`, the wrapper's plain `enter` /
+        `exit` body (the test
         `test_inlined_phase_path_records_what_enter_exit_record` compares both).
         """
         rec = self
-        enter, leave = self.enter, self.exit
         next_seq = self._next_seq
-
-        def generic(*args: Any, **kwargs: Any) -> Any:
-            if not rec.active:
-                return fn(*args, **kwargs)
-            fr = enter(site)
-            if fr is None:
-                return fn(*args, **kwargs)
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException:
-                leave(fr, False, None)
-                raise
-            leave(fr, True, result)
-            return result
-
         if site.phase is None or site.cycle:
             return generic
         starts_cycle = site.starts_cycle

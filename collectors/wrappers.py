@@ -26,8 +26,9 @@ class Hooks(Protocol):
 
     `enter` returns None to let the call pass straight through (CUDA graph capture,
     torch.compile tracing, tracekit's own calls, a disabled recorder). Hooks may also offer
-    `sync_call(fn, site)`, the whole body of a sync wrapper (the recorder inlines its `enter`
-    and `exit` there, see `Recorder.sync_call`); the wrapper then uses it as is.
+    `sync_call(fn, site, generic)`, the whole body of a sync wrapper (the recorder inlines its
+    `enter` and `exit` there, see `Recorder.sync_call`, and falls back to `generic`, the plain
+    enter/exit body); the wrapper then uses it as is.
     """
 
     active: bool
@@ -59,16 +60,9 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
         setattr(awrapper, WRAPPED_MARK, site)
         return awrapper
 
-    sync_call = getattr(hooks, "sync_call", None)
-    if sync_call is not None:  # the recorder's own body, with enter/exit inlined
-        fast = functools.wraps(fn)(sync_call(fn, site))
-        setattr(fast, WRAPPED_MARK, site)
-        return fast
-
     enter = hooks.enter
     leave = hooks.exit
 
-    @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not hooks.active:
             return fn(*args, **kwargs)
@@ -83,8 +77,12 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
         leave(frame, True, result)
         return result
 
-    setattr(wrapper, WRAPPED_MARK, site)
-    return wrapper
+    sync_call = getattr(hooks, "sync_call", None)
+    # the recorder's own body, with enter/exit inlined, falling back to `wrapper`
+    body = wrapper if sync_call is None else sync_call(fn, site, wrapper)
+    body = functools.wraps(fn)(body)
+    setattr(body, WRAPPED_MARK, site)
+    return body
 
 
 @dataclass(frozen=True)
