@@ -110,7 +110,11 @@ def _frac(s: pl.Series) -> float | None:
 # ---- manifest ---------------------------------------------------------------------------------
 
 
-def _manifest(run_dir: Path) -> dict[str, dict[int, dict[str, str]]]:
+# section -> rank -> key -> value
+Manifest = dict[str, dict[int, dict[str, str]]]
+
+
+def _manifest(run_dir: Path) -> Manifest:
     """section -> rank -> key -> value (sections of interest only; GPU medians from the
     counters table when the manifest has none)."""
     out: dict[str, dict[int, dict[str, str]]] = {s: {} for s in MANIFEST_SECTIONS}
@@ -152,10 +156,12 @@ def _differs(section: str, va: str | None, vb: str | None) -> bool:
     return True
 
 
-def manifest_changes(run_a: Path, run_b: Path) -> dict[str, list[dict[str, Any]]]:
+def manifest_changes(
+    run_a: Path, run_b: Path, read: tuple[Manifest, Manifest] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """Per section, entries `name, a, b` (and `ranks` when only some ranks differ), compared
     rank by rank over the ranks both runs have."""
-    ma, mb = _manifest(run_a), _manifest(run_b)
+    ma, mb = read or (_manifest(run_a), _manifest(run_b))
     out: dict[str, list[dict[str, Any]]] = {}
     for section in MANIFEST_SECTIONS:
         sa, sb = ma[section], mb[section]
@@ -180,7 +186,7 @@ def manifest_changes(run_a: Path, run_b: Path) -> dict[str, list[dict[str, Any]]
     return out
 
 
-def _run_command(run_dir: Path) -> tuple[list[str], str] | None:
+def _run_command(run_dir: Path, manifest: Manifest) -> tuple[list[str], str] | None:
     """The launched command (run.json) and the run directory it was launched into."""
     path = Path(run_dir) / "run.json"
     try:
@@ -190,18 +196,20 @@ def _run_command(run_dir: Path) -> tuple[list[str], str] | None:
     cmd = data.get("command") if isinstance(data, dict) else None
     if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
         return None
-    recorded = _manifest(Path(run_dir))["env"]
     launched_into = next(
-        (env["TRACEKIT_RUN_DIR"] for env in recorded.values() if "TRACEKIT_RUN_DIR" in env),
+        (env["TRACEKIT_RUN_DIR"] for env in manifest["env"].values() if "TRACEKIT_RUN_DIR" in env),
         str(run_dir),
     )
     return cmd, launched_into
 
 
-def command_change(run_a: Path, run_b: Path) -> dict[str, list[str]] | None:
+def command_change(
+    run_a: Path, run_b: Path, read: tuple[Manifest, Manifest] | None = None
+) -> dict[str, list[str]] | None:
     """Arguments of the launched command that differ (`a`, `b`), paths inside each run's own
     directory written as `<run>`; None when equal or unknown (ingested runs)."""
-    ca, cb = _run_command(run_a), _run_command(run_b)
+    ma, mb = read or (_manifest(run_a), _manifest(run_b))
+    ca, cb = _run_command(run_a, ma), _run_command(run_b, mb)
     if ca is None or cb is None:
         return None
     norm_a = [t.replace(ca[1], "<run>") for t in ca[0]]
@@ -350,9 +358,10 @@ def diff_runs(
         )
         raise InputError(msg)
     phases = phase_changes(a, b, resamples=resamples, seed=seed)
-    manifest = manifest_changes(Path(run_a), Path(run_b))
-    env_known = bool(_manifest(Path(run_a))["env"]) and bool(_manifest(Path(run_b))["env"])
-    command = command_change(Path(run_a), Path(run_b))
+    read = (_manifest(Path(run_a)), _manifest(Path(run_b)))  # each run's manifests, read once
+    manifest = manifest_changes(Path(run_a), Path(run_b), read)
+    env_known = bool(read[0]["env"]) and bool(read[1]["env"])
+    command = command_change(Path(run_a), Path(run_b), read)
     return {
         "a": str(run_a),
         "b": str(run_b),
