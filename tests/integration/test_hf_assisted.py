@@ -30,7 +30,7 @@ from tracekit.store.reader import read_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
-PROGRAM = r'''
+PROGRAM = r"""
 import json
 import sys
 import time
@@ -79,7 +79,7 @@ for r in range(rounds):
 print(json.dumps({"per_cycle": per_cycle, "round_ends": ends, "tokens": tokens,
                   "seconds": elapsed, "tokens_per_s": tokens / elapsed,
                   "output_tail": out[0, -5:].tolist()}))
-'''
+"""
 
 SPEC_MAP = """
 [adapter]
@@ -183,9 +183,7 @@ def test_full_mode_keeps_draft_and_matches_light_mode(hf: Path) -> None:
     assert rp is not None
     assert not rp.approximate
     inst = rp.instances.filter(pl.col("depth") == 0)
-    got = sorted(
-        inst.filter(pl.col("cycle") >= 0).group_by("cycle", "phase").len().iter_rows()
-    )
+    got = sorted(inst.filter(pl.col("cycle") >= 0).group_by("cycle", "phase").len().iter_rows())
     # THEN every profiled cycle has its draft and its verify, as in light mode
     lt = _top(light).filter(pl.col("cycle").is_between(2, 4))
     want = sorted(lt.group_by("cycle", "phase").len().iter_rows())

@@ -58,14 +58,20 @@ def test_cycle_accept_needs_cycle_targets() -> None:
 
 
 def test_rule_binds_named_argument_by_position_and_default() -> None:
-    rules = pm.parse(
-        HEAD + 'accept = [{ from = "arg:missing" }, { from = "arg:ids", value = "len()" }]\n'
-    ).phases[0].accept
+    rules = (
+        pm.parse(
+            HEAD + 'accept = [{ from = "arg:missing" }, { from = "arg:ids", value = "len()" }]\n'
+        )
+        .phases[0]
+        .accept
+    )
 
     def f(self: object, ids: list[int], extra: int = 0) -> None: ...
 
     b = pm.bind_accept(rules, f)
-    assert b is not None and b.rule.arg == "ids" and b.position == 1
+    assert b is not None
+    assert b.rule.arg == "ids"
+    assert b.position == 1
     assert b.read(None, (object(), [1, 2, 3]), {}) == 3
     assert b.read(None, (object(),), {"ids": [1]}) == 1
 
@@ -75,10 +81,11 @@ def test_rule_binds_named_argument_by_position_and_default() -> None:
 
 
 def test_evaluate_each_len_and_dict_keys() -> None:
-    class O:
-        sampled = [[1, 2], [3], [4, 5, 6]]
+    class Out:
+        def __init__(self) -> None:
+            self.sampled = [[1, 2], [3], [4, 5, 6]]
 
-    assert pm.evaluate(pm.parse_value("len(sampled[*])", "w"), O()) == [2, 1, 3]
+    assert pm.evaluate(pm.parse_value("len(sampled[*])", "w"), Out()) == [2, 1, 3]
     assert pm.evaluate(pm.parse_value("a.b[1]", "w"), {"a": {"b": [7, 8]}}) == 8
     with pytest.raises(TypeError, match=r"`\[\*\]` needs a list"):
         pm.evaluate(pm.parse_value("[*]", "w"), 3)
@@ -86,7 +93,8 @@ def test_evaluate_each_len_and_dict_keys() -> None:
 
 def _records(rec: Recorder) -> list[dict[str, Any]]:
     table, _complete, err = read_stream(rec.dir / RECORDS_FILE)
-    assert err is None and table is not None
+    assert err is None
+    assert table is not None
     sites = json.loads((rec.dir / SITES_FILE).read_text())["sites"]
     return decode(table, sites)
 
@@ -142,15 +150,18 @@ def test_failing_rule_is_disabled_and_said_once(
     rec.close()
     err = capsys.readouterr().err
     assert err.count("accept rule") == 1
-    assert "AttributeError" in err and "m:f" in err
+    assert "AttributeError" in err
+    assert "m:f" in err
     assert [r["accept_len"] for r in _records(rec)] == [None, None, None]
     assert rec.active  # only the rule is off, not the recorder
 
 
 def test_count_rule_mean_over_list_on_return(tmp_path: Path) -> None:
-    rules = pm.parse(
-        HEAD + 'accept = { from = "return", value = "len(sampled[*])" }\n'
-    ).phases[0].accept
+    rules = (
+        pm.parse(HEAD + 'accept = { from = "return", value = "len(sampled[*])" }\n')
+        .phases[0]
+        .accept
+    )
     site = Site(Target("m", "f"), phase="draft", accept=rules)
     rec = Recorder(RecorderConfig(raw_dir=tmp_path))
 
