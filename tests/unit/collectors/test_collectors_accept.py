@@ -227,4 +227,5 @@ def test_full_mode_ranges_lie_inside_their_records(tmp_path: Path) -> None:
         name = "tracekit/cycle" if r["kind"] == "cycle" else f"tracekit/{r['phase']}"
         o = [t for n, t in opened if n == name and r["start_ns"] <= t <= r["end_ns"]]
         c = [t for n, t in closed if n == name and r["start_ns"] <= t <= r["end_ns"]]
-        assert o and c, (r, prof.events)
+        assert o, (r, prof.events)
+        assert c, (r, prof.events)
