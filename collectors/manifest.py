@@ -56,7 +56,9 @@ def filtered_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-def _torch_sections() -> tuple[dict[str, str], dict[str, str]]:
+def _torch_sections(device_index: int | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """Versions and the device; `device_index` is the process's CUDA device when known (read on
+    the program's own thread: another thread's current device is its own, not the rank's)."""
     versions: dict[str, str] = {}
     device: dict[str, str] = {}
     torch = sys.modules.get("torch")
@@ -78,7 +80,7 @@ def _torch_sections() -> tuple[dict[str, str], dict[str, str]]:
             versions["nccl"] = (
                 ".".join(str(x) for x in nccl) if isinstance(nccl, tuple) else str(nccl)
             )
-            idx = torch.cuda.current_device()
+            idx = torch.cuda.current_device() if device_index is None else device_index
             props = torch.cuda.get_device_properties(idx)
             device["index"] = str(idx)
             device["name"] = str(props.name)
@@ -158,7 +160,8 @@ def collect(
     *, package: str | None = None, rank_info: dict[str, Any] | None = None
 ) -> dict[str, dict[str, str]]:
     rank_info = rank_info or {}
-    versions, device = _torch_sections()
+    dev = rank_info.get("cuda_device")
+    versions, device = _torch_sections(dev if isinstance(dev, int) else None)
     versions["python"] = platform.python_version()
     versions["tracekit"] = __version__
     process = {
