@@ -262,6 +262,7 @@ class Recorder:
         self._exit_thread: threading.Thread | None = None
         self._exit_until = 0.0
         self._exit_step = ""
+        self._cuda_dev: int | None = None
         self.deferred_signal = 0  # a signal that arrived inside a flush on its thread
         self.on_deferred_signal: Callable[[int], None] | None = None
 
@@ -614,6 +615,7 @@ class Recorder:
             ref.record()
             ref.synchronize()
             self._gpu_ref = (ref, time.time_ns())
+            self._cuda_dev = self._cuda_device()  # the rank's device, read on its own thread
         pool = self._event_pool
         ev = pool.pop() if pool else cuda.Event(enable_timing=True)
         ev.record()
@@ -760,10 +762,12 @@ class Recorder:
         self._flush_owner = me
         try:
             with self._internal():
-                self._flush_locked(final=final, timer=timer, until=until)
+                self._flush_locked(final=final, until=until)
         finally:
             self._flush_owner = 0
             lock.release()
+        if not final and self.active:
+            self._after_flush(timer=timer)
         sig = self.deferred_signal
         deliver = self.on_deferred_signal
         if sig and deliver is not None and threading.current_thread() is threading.main_thread():
@@ -771,7 +775,18 @@ class Recorder:
             deliver(sig)
         return True
 
-    def _flush_locked(self, *, final: bool, timer: bool, until: float | None) -> None:
+    def _after_flush(self, *, timer: bool) -> None:
+        """Rank (torch.distributed) and manifest, outside the lock: a backend call that blocks
+        (a process group in teardown) must never hold up a flush or the exit."""
+        try:
+            with self._internal():
+                self._update_rank(cuda_device=None if timer else self._cuda_device())
+                if not self._manifest_written:
+                    self._write_manifest()
+        except Exception as exc:
+            self.fail("flush", exc)
+
+    def _flush_locked(self, *, final: bool, until: float | None) -> None:
         try:
             self._last_flush = time.time_ns()
             self._resolve_gpu(wait=final, until=until)
@@ -789,12 +804,6 @@ class Recorder:
                 os.write(self._fd, _EOS)  # type: ignore[arg-type]
                 os.close(self._fd)  # type: ignore[arg-type]
                 self._fd = -1
-            if timer:
-                self._update_rank(backend=False)  # the environment's rank only
-            elif not final:
-                self._update_rank(cuda_device=self._cuda_device())
-                if not self._manifest_written:
-                    self._write_manifest()
             if final or self._process_records != self._rows_written:
                 self._write_process()
         except Exception as exc:
@@ -810,13 +819,13 @@ class Recorder:
             pass
         return None
 
-    def _update_rank(self, *, cuda_device: int | None = None, backend: bool = True) -> None:
+    def _update_rank(self, *, cuda_device: int | None = None) -> None:
         info: dict[str, Any] = {}
         for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
             val = os.environ.get(key)
             if val is not None and val.strip().lstrip("-").isdigit():
                 info[f"env_{key.lower()}"] = int(val)
-        dist = sys.modules.get("torch.distributed") if backend else None
+        dist = sys.modules.get("torch.distributed")
         try:
             if dist is not None and dist.is_available() and dist.is_initialized():
                 info["dist_rank"] = dist.get_rank()
@@ -826,6 +835,8 @@ class Recorder:
             pass
         # Sticky: a process group destroyed before exit does not make the rank unknown.
         info = {**self._rank_info, **info}
+        if cuda_device is None:
+            cuda_device = self._cuda_dev
         if cuda_device is not None:
             info["cuda_device"] = cuda_device
         if info != self._rank_info:
@@ -1031,7 +1042,7 @@ def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")  # one a writing thread
     try:
         tmp.write_text(json.dumps(data, default=str, indent=1))
     except OSError:
