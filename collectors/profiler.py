@@ -7,10 +7,10 @@ across ranks. The window counts the steps by the rule merge applies to the recor
 qualifies when a `require` phase is entered while it is the current one; `CycleCounter`); a step
 that turns out not to qualify inside the window is profiled too, but is no numbered cycle.
 Inside the window every phase gets a `record_function("tracekit/<phase>")` range and every
-cycle-target call a `tracekit/cycle` range (not when the map has `require`: whether a step is a
-cycle is known only after it started, so the reports take the cycles from the collector's
-records instead), so they appear in the Kineto trace as `user_annotation` (CPU) and
-`gpu_user_annotation` (GPU).
+cycle-target call a `tracekit/cycle` range; with `require`, whether a step is a cycle is known
+only once its `require` phase starts, so the `tracekit/cycle` range of a qualifying step starts
+there (a step that is no cycle gets none). They appear in the Kineto trace as
+`user_annotation` (CPU) and `gpu_user_annotation` (GPU).
 The trace is written gzipped as `raw/pid-<pid>/kineto.json.gz` when the window closes (or at
 process exit if the run ends inside the window).
 """
@@ -88,6 +88,8 @@ class ProfileWindow:
         self.counter = CycleCounter(require)
         self._prof: Any = None
         self._rf: Any = None
+        self._target: tuple[int, str] | None = None  # (raw cycle, range name) of a cycle target
+        self._cycle_rf: Any = None  # its range, opened at the `require` phase
 
     def _start(self) -> None:
         import torch
@@ -122,18 +124,31 @@ class ProfileWindow:
             self._stop()  # starts_with cycles have no end call: stop at the next cycle's start
         if not self.done and not self.active and number == w.start and "torch" in sys.modules:
             self._start()
-        if self.active and range_name is not None and self.counter.require is None:
+        if range_name is None:
+            return None
+        if self.counter.require is not None:
+            self._target = (raw, range_name)  # the range opens if the step qualifies
+            return None
+        if self.active:
             return self.range(range_name)
         return None
 
     def phase_start(self, phase: str | None, raw: int) -> Any:
         """A phase call starts in raw cycle `raw`: counts it for the cycle rule; its range."""
-        self.counter.phase(phase, raw)
+        c = self.counter
+        qualified = c.last_raw
+        c.phase(phase, raw)
+        target = self._target
+        if c.last_raw != qualified and target is not None and target[0] == raw and self.active:
+            self._cycle_rf = self.range(target[1])
         if self.active:
             return self.range(f"tracekit/{phase}")
         return None
 
     def cycle_end(self, raw: int, rf: Any) -> None:
+        if rf is None and self._target is not None and self._target[0] == raw:
+            rf, self._cycle_rf = self._cycle_rf, None
+        self._target = None
         if rf is not None:
             self.range_exit(rf)
         w = self.window
