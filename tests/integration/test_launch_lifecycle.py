@@ -484,3 +484,83 @@ def test_tracekit_disable_reaches_the_child(prog: Path) -> None:
     manifest = json.loads((run / "run.json").read_text())
     assert manifest["processes"]["instrumented"] == []
     assert len(manifest["processes"]["not_instrumented"]) >= 1
+
+
+# -- profile windows number cycles as the reports do ------------------------------------------
+
+PROF_MOD = """
+import torch
+
+
+class Worker:
+    def draft(self):
+        return torch.ones(8).sum()
+
+    def verify(self):
+        return torch.ones(8).mul(2).sum()
+
+    def prefill(self):
+        return torch.ones(16).sum()
+
+    def step(self, i, is_prefill):
+        if is_prefill:
+            return self.prefill()
+        self.draft()
+        return self.verify()
+"""
+PROF_RUN = """
+import tkprof
+
+PREFILL = {0, 1, 4, 7, 8, 12, 15}  # steps without a draft: no cycle by the map's rule
+w = tkprof.Worker()
+for i in range(24):
+    w.step(i, i in PREFILL)
+"""
+PROF_MAP = """
+[[phase]]
+name = "draft"
+targets = ["tkprof:Worker.draft"]
+[[phase]]
+name = "verify"
+targets = ["tkprof:Worker.verify"]
+[[phase]]
+name = "prefill"
+targets = ["tkprof:Worker.prefill"]
+[cycle]
+targets = ["tkprof:Worker.step"]
+require = "draft"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_profile_cycles_window_is_the_reports_cycles(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    # GIVEN 24 engine steps, 7 of them prefill steps without a draft (no cycle), interleaved
+    (tmp_path / "tkprof.py").write_text(PROF_MOD)
+    (tmp_path / "run.py").write_text(PROF_RUN)
+    (tmp_path / "map.toml").write_text(PROF_MAP)
+    # WHEN profiled in full mode over cycles 5:5
+    res = subprocess.run(
+        [sys.executable, "-m", "tracekit", "launch", "--phases", "map.toml", "--out", "runs",
+         "--mode", "full", "--profile-cycles", "5:5", "--", sys.executable, "run.py"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    run = _run_dir(tmp_path)
+    assert read_table(run, "cycles").height == 24 - 7
+    # THEN `tracekit breakdown --by cycle` shows exactly cycles 5..9, each with its draft and
+    # verify (before: 4 cycles, the window counted the prefill steps)
+    out = CliRunner().invoke(cli, ["breakdown", "--by", "cycle", "--json", str(run)])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)
+    assert [(r["cycle"], r["phases"]) for r in rows] == [(c, 2) for c in range(5, 10)]
+    # and the trace's draft ranges are the 5 drafts of those cycles
+    events = read_table(run, "events")
+    names = events.filter(pl.col("cat") == "user_annotation")["name"].to_list()
+    assert names.count("tracekit/draft") == 5
+    assert names.count("tracekit/cycle") == 5
