@@ -397,7 +397,13 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     new_unresolved = [t for t in unresolved_run if t not in {u for u, _ in unresolved}]
     if new_unresolved:
         warn(f"targets that did not resolve in the program: {', '.join(sorted(new_unresolved))}")
-    if not patched and never:
+    disabled = os.environ.get(rt.ENV_DISABLE, "") not in ("", "0")
+    if disabled:
+        warn(
+            f"{rt.ENV_DISABLE} is set, so the command ran launched but not recorded (the "
+            "launcher's own cost); unset it to record"
+        )
+    elif not patched and never:
         modules = sorted({t.split(":")[0] for t in never})
         warn(
             f"nothing was recorded: the program never imported the modules of adapter "

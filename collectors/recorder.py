@@ -740,7 +740,9 @@ class Recorder:
         del buf[:size]
         return rows
 
-    def flush(self, *, final: bool = False, timer: bool = False, until: float | None = None) -> bool:
+    def flush(
+        self, *, final: bool = False, timer: bool = False, until: float | None = None
+    ) -> bool:
         """Write buffered records whose GPU times are known (all of them when `final`).
 
         Without `until` (the program's threads) it never waits: when another thread is

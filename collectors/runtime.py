@@ -162,7 +162,9 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     hook.install()
     atexit.register(rec.close)
     os.register_at_fork(
-        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
     )
     rec.on_deferred_signal = _die_of
     _install_signals()

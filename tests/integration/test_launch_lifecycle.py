@@ -68,7 +68,17 @@ def prog(tmp_path: Path) -> Path:
 
 
 def _launch_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tracekit", "launch", "--phases", "map.toml", "--out", "runs", *args]
+    return [
+        sys.executable,
+        "-m",
+        "tracekit",
+        "launch",
+        "--phases",
+        "map.toml",
+        "--out",
+        "runs",
+        *args,
+    ]
 
 
 def _run_dir(root: Path) -> Path:
@@ -479,6 +489,8 @@ def test_tracekit_disable_reaches_the_child(prog: Path) -> None:
     # THEN the program ran without tracekit: nothing imported, nothing recorded
     assert res.returncode == 0, res.stderr
     assert "disable 1 sys.modules has tracekit: False" in res.stdout
+    assert "TRACEKIT_DISABLE is set, so the command ran launched but not recorded" in res.stderr
+    assert "nothing was recorded" not in res.stderr
     run = _run_dir(prog)
     assert list(run.glob("raw/pid-*")) == []
     manifest = json.loads((run / "run.json").read_text())

@@ -128,8 +128,8 @@ def _fake_window(win: ProfileWindow, log: list[tuple[str, str, int]]) -> None:
         win.done = True
         log.append(("stop", "", time.time_ns()))
 
-    win._start = start  # type: ignore[method-assign]
-    win._stop = stop  # type: ignore[method-assign]
+    win._start = start
+    win._stop = stop
     win._rf = lambda name: _FakeRange(log, name)
 
 
