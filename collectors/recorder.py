@@ -784,7 +784,7 @@ class Recorder:
             with self._internal():
                 self._update_rank(cuda_device=None if timer else self._cuda_device())
                 if not self._manifest_written:
-                    self._write_manifest()
+                    self._write_manifest(with_device=not timer)
         except Exception as exc:
             self.fail("flush", exc)
 
@@ -846,10 +846,12 @@ class Recorder:
             self._manifest_written = False
             self._write_process()
 
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, *, with_device: bool = True) -> None:
         from tracekit.collectors import manifest
 
-        data = manifest.collect(package=self.config.package, rank_info=self._rank_info)
+        data = manifest.collect(
+            package=self.config.package, rank_info=self._rank_info, with_device=with_device
+        )
         _write_json(self.dir / MANIFEST_FILE, data)
         self._manifest_written = True
 
@@ -975,7 +977,7 @@ class Recorder:
             with self._internal():
                 self._update_rank(cuda_device=dev)
                 if not self._manifest_written:
-                    self._write_manifest()
+                    self._write_manifest(with_device=False)  # dev is in the rank info
                 self._write_process(end_ns=time.time_ns())
         except Exception as exc:
             self.fail("exit", exc)
