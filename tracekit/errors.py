@@ -33,6 +33,10 @@ class StoreError(TracekitError):
     """A run directory has no store, or the store is incomplete."""
 
 
+class NoCyclesError(StoreError):
+    """A run has phase instances but its cycle rule found no cycle."""
+
+
 class CollectorError(TracekitError):
     """The collector or launcher could not do its job."""
 
