@@ -402,7 +402,7 @@ def analyze(
         cycs.append(cyc)
         recs.append(recorded_cycles(run_dir, rp, table, cyc))
     if not bds:
-        raise NoCyclesError(no_cycle_message(run_dir, counts))
+        raise NoCyclesError(no_cycle_message(run_dir, counts), instances=counts)
     return Analysis(
         breakdown=pl.concat(bds, how="vertical_relaxed").sort("rank", "cycle", "start_ns"),
         cycles=pl.concat(cycs, how="vertical_relaxed").sort("rank", "cycle"),
@@ -478,8 +478,10 @@ def breakdown(
 
 
 def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, cycle) of one rank: wall_ns (sum of its phases), device_end_ns, and span_ns:
-    from the previous cycle's device end (first cycle: its CPU start) to its own device end."""
+    """Per (rank, cycle) of one rank: wall_ns (sum of its phases), device_end_ns, span_ns:
+    from the previous cycle's device end (first cycle: its CPU start) to its own device end,
+    and time_ns: span_ns less the gap between cycles (from the later of the previous cycle's
+    CPU end and device end to this cycle's CPU start), the cycle time of docs/DEFINITIONS.md."""
     per = bd.group_by("rank", "cycle").agg(
         pl.col("wall_ns").sum(),
         pl.col("device_end_ns").max(),
@@ -487,17 +489,24 @@ def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("phases"),
     )
     cyc = (
-        cycles.select("rank", "cycle", pl.col("start_ns").alias("cpu_start_ns"), "accept_len")
+        cycles.select(
+            "rank",
+            "cycle",
+            pl.col("start_ns").alias("cpu_start_ns"),
+            pl.col("end_ns").alias("_cpu_end"),
+            "accept_len",
+        )
         .unique(["rank", "cycle"], keep="first")
         .join(per, on=["rank", "cycle"], how="inner")
         .sort("cycle")
     )
     prev = pl.col("device_end_ns").shift(1)
-    since = pl.max_horizontal(prev, pl.col("cpu_start_ns"))
+    span = pl.col("device_end_ns") - prev.fill_null(pl.col("cpu_start_ns"))
+    # between cycles: the host ran no cycle and the device had no cycle's work (a new
+    # request's prefill, the scheduler, a profiler starting): part of no cycle's time
+    gap = pl.col("cpu_start_ns") - pl.max_horizontal(prev, pl.col("_cpu_end").shift(1))
     return cyc.with_columns(
-        (pl.col("device_end_ns") - prev.fill_null(pl.col("cpu_start_ns"))).alias("span_ns"),
-        # the cycle time of summary, breakeven and the steady state: from the later of the
-        # previous cycle's device end and this cycle's CPU start (a gap with no cycle running
-        # on the host, such as a new request's prefill, belongs to no cycle)
-        (pl.col("device_end_ns") - since).clip(lower_bound=0).fill_null(0).alias("time_ns"),
-    )
+        span.alias("span_ns"),
+        # the cycle time of summary, breakeven and the steady state (docs/DEFINITIONS.md)
+        (span - gap.clip(lower_bound=0).fill_null(0)).fill_null(0).alias("time_ns"),
+    ).drop("_cpu_end")

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from tracekit.cli._analysis import cycles_option
 from tracekit.errors import InputError
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.steady import CycleChoice
 
 
 @click.command(name="report")
@@ -30,15 +35,22 @@ from tracekit.errors import InputError
     help="Link plotly.js from cdn.plot.ly instead of embedding it (smaller file, needs network).",
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
+@cycles_option
 def command(
-    run_dir: Path, output: Path | None, baseline: Path | None, cdn: bool, force: bool
+    run_dir: Path,
+    output: Path | None,
+    baseline: Path | None,
+    cdn: bool,
+    force: bool,
+    choice: CycleChoice,
 ) -> None:
     """Write the self-contained HTML report of a run.
 
     Headline numbers, where each phase's time goes cycle by cycle (forward / allreduce /
-    overhead), distributions per rank, rank skew, CUDA graphs and allreduce implementations,
+    overhead; every cycle, warm-up included), distributions per rank, rank skew, CUDA graphs and allreduce implementations,
     top kernels, NVML clocks/power/temperature, the break-even curve and the manifest. Works
-    offline (plotly.js is embedded once).
+    offline (plotly.js is embedded once). Aggregates use the steady-state cycles (the
+    headline says which were left out as warm-up).
 
     \b
     Example:
@@ -58,6 +70,6 @@ def command(
     if output is not None and out.exists() and not force:
         msg = f"file already exists, will not overwrite without --force: {out}"
         raise InputError(msg)
-    write_report(run_dir, out, baseline=baseline, cdn=cdn)
+    write_report(run_dir, out, baseline=baseline, cdn=cdn, choice=choice)
     click.echo(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", err=True)
     click.echo(f"Open it in a browser: file://{out.resolve()}", err=True)
