@@ -113,7 +113,8 @@ def test_no_cycles_subprocess_13(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    assert out.stderr.count("\n") == 1 and EXPECTED in out.stderr
+    assert out.stderr.count("\n") == 1
+    assert EXPECTED in out.stderr
 
 
 def _numbers(summary: dict) -> list[str]:
@@ -163,7 +164,8 @@ def test_tables_never_cut_a_number_on_a_pipe_13(tmp_path: Path) -> None:
     # THEN every number and name of the JSON is whole in the text, none cut with an ellipsis
     for value in _numbers(data):
         assert value in text, (value, text)
-    assert "…" not in text and "…" not in by_phase
+    assert "…" not in text
+    assert "…" not in by_phase
     assert "verify_with_a_rather_long_phase_name" in by_phase
     rows = json.loads(tk("breakdown", str(run), "--by", "phase", "--json"))
     assert f"{rows[0]['wall_ns'] / 1e6:.3f}" in by_phase
