@@ -50,13 +50,21 @@ def test_demo_summary_and_breakdown(demo_runs: dict[str, Path], mode: str) -> No
     bd = json.loads(_tk("breakdown", str(run), "--json"))
     for row in bd:
         assert row["forward_ns"] + row["allreduce_ns"] + row["overhead_ns"] == row["wall_ns"]
-    by_cycle = json.loads(_tk("breakdown", str(run), "--json", "--by", "cycle"))
+    # every cycle (the steady state may leave out a warm-up: checked below)
+    by_cycle = json.loads(_tk("breakdown", str(run), "--json", "--by", "cycle", "--all-cycles"))
     for c in by_cycle:
         assert c["wall_ns"] == c["span_ns"]  # the phases add up to the cycle
         assert c["accept_len"] is not None
     if mode == "full":
         assert {r["allreduce_impl"] for r in bd} == {"gloo"}
         assert sorted({c["cycle"] for c in by_cycle}) == [1, 2, 3]
+        assert s["cycles"] == 5  # every recorded cycle; the shares from the profiled window
+        assert s["profiled_cycles"] == [1, 3]
+    # the default breakdown keeps exactly the summary's steady cycles
+    first, last = s["steady_cycles"]
+    steady = json.loads(_tk("breakdown", str(run), "--json", "--by", "cycle"))
+    window = {c["cycle"] for c in by_cycle}
+    assert {c["cycle"] for c in steady} == {c for c in window if first <= c <= last}
 
 
 @pytest.mark.slow
