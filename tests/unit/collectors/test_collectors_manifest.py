@@ -105,11 +105,6 @@ def _dirty_checkout(tmp_path: Path, edited: list[str]) -> Path:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs the git program")
-@pytest.mark.xfail(
-    reason="collectors/manifest.py _git strips git's output before cutting each `XY path` line, "
-    "so the first dirty path loses its first letter (`k_fake_dirty/a.py`)",
-    strict=True,
-)
 def test_dirty_files_are_named_in_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a checkout with two tracked files edited
     repo = _dirty_checkout(tmp_path, ["a.py", "b.py"])
