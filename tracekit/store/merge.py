@@ -604,14 +604,8 @@ def merge(run_dir: Path | str) -> MergeResult:
 
 
 def _ingest_traces(run_dir: Path, traces: dict[Path, int], warnings: list[str]) -> int:
-    try:
-        from tracekit.store.ingest import ingest
-    except ImportError:
-        warnings.append(
-            "events skipped: tracekit.store.ingest is not available in this installation"
-        )
-        return 0
     from tracekit.errors import TracekitError
+    from tracekit.store.ingest import ingest  # heavy (msgspec, the Kineto reader): only here
 
     overrides = {Path(p): int(r) for p, r in traces.items()}
     try:
