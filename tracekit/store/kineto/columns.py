@@ -41,7 +41,7 @@ class BatchStats:
 _MAX_US = 9.0e15  # |µs| beyond this overflows int64 nanoseconds
 
 
-def exact_ns(values: Sequence[Any], *, relative: bool) -> tuple[np.ndarray, np.ndarray]:
+def exact_ns(values: Sequence[Any] | np.ndarray, *, relative: bool) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond JSON numbers -> exact int64 ns. Returns (ns, valid mask).
 
     Kineto writes `ts`/`dur` with exactly three decimals, so the true value is k/1000 µs for an
@@ -176,7 +176,7 @@ def _dict_array_py(values: Sequence[Any]) -> pa.DictionaryArray:
 
 
 def start_times(
-    ts: Sequence[Any], *, offset: int, relative: bool, stats: BatchStats
+    ts: Sequence[Any] | np.ndarray, *, offset: int, relative: bool, stats: BatchStats
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start_ns, usable mask) from JSON µs values; rows without a usable ts are counted."""
     ts_ns, ts_ok = exact_ns(ts, relative=relative)
@@ -187,7 +187,7 @@ def start_times(
     return ts_ns + offset, ts_ok
 
 
-def durations(dur: Sequence[Any], *, stats: BatchStats) -> np.ndarray:
+def durations(dur: Sequence[Any] | np.ndarray, *, stats: BatchStats) -> np.ndarray:
     """dur_ns from JSON µs values (the kept rows only): unusable -> 0, negative -> 0 (counted)."""
     dur_ns, dur_ok = exact_ns(dur, relative=True)
     dur_ns = np.where(dur_ok, dur_ns, 0)
