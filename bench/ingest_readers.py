@@ -9,8 +9,11 @@ bench/ingest_vs_hta.py), CPU time (user+sys of this process, all its threads) an
 - candidates producing the typed columns tracekit needs (ph, cat, name, ts, dur, pid, tid and the
   11 typed args fields): pyarrow.json.read_json, polars.read_ndjson, DuckDB's read_json (args as
   JSON text), and the current msgspec-struct reader (`iter_batches` of the fallback path);
-- the end-to-end native reader (`tracekit.store.kineto.native`) to Arrow, and with its Parquet
-  write (what a worker does).
+- the msgspec reader with its Parquet write (what an ingest worker does).
+
+The end-to-end native reader these figures led to (DuckDB fields + args text sliced from the
+bytes, commit 9d75959) measured 2.52 CPU s against the msgspec reader's 1.34-1.39 and was
+removed; docs/BENCHMARKS.md keeps its figures. Needs `pip install duckdb` (not a dependency).
 
 Usage: python bench/ingest_readers.py [--rounds 3] [--file PATH]
 Prints one Markdown table (median of the rounds) for docs/BENCHMARKS.md.
@@ -56,11 +59,25 @@ def _events_ndjson(path: Path) -> bytes:
     return _reshape(memoryview(trace.events))  # type: ignore[arg-type]
 
 
+def _lines(u: Any) -> tuple[Any, Any]:
+    """Start and end (index of the closing brace) of each event line of the array's bytes."""
+    import numpy as np
+
+    nl = np.flatnonzero(u == 10)
+    bounds = np.concatenate(([0], nl, [u.size - 1]))
+    s = bounds[:-1] + 1
+    e = bounds[1:] - 1  # last byte of the segment
+    keep = e >= s
+    s, e = s[keep], e[keep]
+    e = e - (u[e] == ord(","))
+    if not ((u[s] == ord("{")).all() and (u[e] == ord("}")).all()):
+        sys.exit("the benchmark rank is not written one event per line")
+    return s, e
+
+
 def _reshape(ev: memoryview) -> bytes:
     """The events array as NDJSON (brackets and line-ending commas blanked), as native.py does."""
     import numpy as np
-
-    from tracekit.store.kineto.native import _lines
 
     u = np.frombuffer(ev, dtype=np.uint8)
     _, ends = _lines(u)
@@ -90,7 +107,6 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     from tracekit.store import kineto
-    from tracekit.store.kineto import native
 
     nd = _events_ndjson(path)
     tmpdir = Path(tempfile.mkdtemp(prefix="tk-readers-"))
@@ -139,7 +155,7 @@ def main() -> None:
         return pj.read_json(io.BytesIO(nd))
 
     def arrow_typed() -> Any:
-        # pid/tid written as strings are renamed by the reshaping (see native.py), so int64 holds
+        # pid/tid written as strings are renamed by the reshaping (see _reshape), so int64 holds
         opts = pj.ParseOptions(explicit_schema=schema_pa, unexpected_field_behavior="ignore")
         return pj.read_json(io.BytesIO(nd), parse_options=opts)
 
@@ -175,26 +191,6 @@ def main() -> None:
         stats = kineto.BatchStats()
         return [t.num_rows for t in kineto.fallback.iter_batches(trace, stats=stats)]
 
-    def native_arrow() -> Any:
-        trace = kineto.load(path)
-        tables = native.read(trace, stats=kineto.BatchStats(), batch_events=kineto.BATCH_EVENTS)
-        assert tables is not None, "the native reader declined the benchmark rank"
-        return [t.num_rows for t in tables]
-
-    def native_parquet() -> Any:
-        from tracekit.store.ingest import DICT_COLUMNS
-        from tracekit.store.schema import TABLES
-        from tracekit.store.writer import conform, with_metadata
-
-        trace = kineto.load(path)
-        stats = kineto.BatchStats()
-        schema = with_metadata(TABLES["events"])
-        with pq.ParquetWriter(
-            tmpdir / "e.parquet", schema, compression="zstd", use_dictionary=DICT_COLUMNS
-        ) as w:
-            for t in native.read(trace, stats=stats, batch_events=kineto.BATCH_EVENTS) or []:
-                w.write_table(conform("events", t).replace_schema_metadata(schema.metadata))
-
     def current_parquet() -> Any:
         from tracekit.store.ingest import DICT_COLUMNS
         from tracekit.store.schema import TABLES
@@ -218,8 +214,6 @@ def main() -> None:
         "polars read_ndjson, typed schema": polars_typed,
         "duckdb read_json, args as JSON + json_extract": duckdb_typed,
         "msgspec structs (current reader, to Arrow)": msgspec_current,
-        "native reader, to Arrow (end to end)": native_arrow,
-        "native reader + Parquet write": native_parquet,
         "msgspec reader + Parquet write (today's worker)": current_parquet,
     }
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
