@@ -23,7 +23,7 @@ def test_parse_size() -> None:
     assert parse_size("1.5g") == 1_500_000_000
     assert parse_size("4096") == 4096
     for bad in ("two", "5 parsecs", "0", "-1GB"):
-        with pytest.raises(InputError, match="expected a size|more than 0"):
+        with pytest.raises(InputError, match=r"expected a size|more than 0"):
             parse_size(bad, option="--keep")
 
 
