@@ -33,6 +33,7 @@ ENV_FLUSH_RECORDS = "TRACEKIT_FLUSH_RECORDS"
 ENV_FLUSH_SECONDS = "TRACEKIT_FLUSH_SECONDS"  # the flush interval (`--flush-interval`)
 ENV_EXIT_DEADLINE = "TRACEKIT_EXIT_DEADLINE_S"  # one bound on everything the exit waits for
 ENV_DISABLE = "TRACEKIT_DISABLE"  # set to 1 to run a process of the tree without tracekit
+ENV_GPU_SAMPLE = "TRACEKIT_GPU_SAMPLE"  # CUDA events on every N-th cycle (`--gpu-sample N`)
 
 GRAPH_MODULE = "torch.cuda.graphs"
 
@@ -132,6 +133,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         via=via,
         exit_deadline_s=max(0.0, _float_env(ENV_EXIT_DEADLINE, EXIT_DEADLINE_S)),
         flush_thread=True,
+        gpu_sample=max(1, _int_env(ENV_GPU_SAMPLE, 1)),
     )
     rec = Recorder(config)
     rec.process_info = {
@@ -143,6 +145,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         "via": via,
         "adapter": config.adapter,
         "mode": mode,
+        "gpu_sample": config.gpu_sample,
         "start_ns": time.time_ns(),
         "instrumented": True,
     }

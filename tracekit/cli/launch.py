@@ -65,6 +65,16 @@ import click
     help="Each process writes its records at least this often, also while idle (a timer "
     "thread), so a process killed with SIGKILL loses at most this much.",
 )
+@click.option(
+    "--gpu-sample",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="CUDA events on every N-th cycle only (CPU clocks on all): light mode's per-call "
+    "cost on CUDA is mostly event records. Breakdowns of the other cycles use CPU times "
+    "(`gpu_timed` false); per-phase statistics come from the timed cycles.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     adapter: str | None,
@@ -76,6 +86,7 @@ def command(
     no_merge: bool,
     grace: float,
     flush_seconds: float,
+    gpu_sample: int,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD with the draft, verify and allreduce phases of every rank recorded.
@@ -95,6 +106,7 @@ def command(
     import sys
 
     from tracekit.collectors import phasemap
+    from tracekit.collectors import runtime as rt
     from tracekit.collectors.launcher import LaunchOptions, launch
     from tracekit.errors import CollectorError
 
@@ -117,6 +129,8 @@ def command(
         merge=not no_merge,
         grace_s=grace,
         flush_seconds=flush_seconds,
+        # passed to every rank like the other settings (a TRACEKIT_* variable)
+        extra_env={rt.ENV_GPU_SAMPLE: str(gpu_sample)},
     )
     result = launch(opts)
     click.echo(f"Run directory: {result.run_dir}", err=True)
