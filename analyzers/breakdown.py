@@ -42,6 +42,7 @@ BREAKDOWN_COLUMNS = [
     "unattributed_ns",
     "graph_launches",
     "device_end_ns",
+    "gpu_timed",
 ]
 
 
@@ -303,7 +304,17 @@ def rank_breakdown(
     """Breakdown rows (BREAKDOWN_COLUMNS) of one rank's top-level phase instances."""
     ivals, extras = intervals or rank_intervals(run_dir, rp, table)
     parts = split(ivals, _window_start(rp))
-    top = _top(rp).select("inst", "rank", "cycle", "phase", "start_ns", "end_ns")
+    top = _top(rp)
+    # gpu_timed (light mode): the instance's device interval is its CUDA-event span; false
+    # where it is its CPU range (a CPU run, or a cycle `--gpu-sample N` left untimed); null for
+    # trace-based rows (the trace's activities are the device timeline)
+    if rp.approximate and "gpu_start_ns" in top.columns and "gpu_end_ns" in top.columns:
+        timed = pl.col("gpu_start_ns").is_not_null() & pl.col("gpu_end_ns").is_not_null()
+    else:
+        timed = pl.lit(None, dtype=pl.Boolean)
+    top = top.select(
+        "inst", "rank", "cycle", "phase", "start_ns", "end_ns", timed.alias("gpu_timed")
+    )
     accept = rp.cycles.select("cycle", "accept_len")
     zero = pl.lit(0, dtype=pl.Int64)
     busy = pl.col("forward_ns") + pl.col("allreduce_ns")
@@ -410,6 +421,7 @@ def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
         pl.col("device_end_ns").max(),
         pl.col("approximate").any(),
         pl.len().alias("phases"),
+        pl.col("gpu_timed").all().alias("gpu_timed"),  # null when every row's is null
     )
     cyc = (
         cycles.select("rank", "cycle", pl.col("start_ns").alias("cpu_start_ns"), "accept_len")

@@ -17,12 +17,24 @@ def _f(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
+def _timed(rows: pl.DataFrame) -> pl.DataFrame:
+    """The GPU-timed rows when some rows are and some are not (light mode with `--gpu-sample
+    N`: statistics come from the sampled cycles), else all rows."""
+    if "gpu_timed" not in rows.columns:
+        return rows
+    timed = rows.filter(pl.col("gpu_timed").fill_null(False))
+    return timed if 0 < timed.height < rows.height else rows
+
+
 def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
     """Per phase name: count, wall ms mean/p50/p90, forward/allreduce/overhead % of the summed
-    wall time, share of instances that replayed a graph, allreduce implementation counts."""
+    wall time, share of instances that replayed a graph, allreduce implementation counts.
+    With GPU-sampled light-mode runs the times and shares come from the GPU-timed instances
+    (`gpu_timed_count` of the `count`)."""
     out: dict[str, dict[str, Any]] = {}
     for phase in sorted(bd["phase"].unique().to_list()):
-        rows = bd.filter(pl.col("phase") == phase)
+        every = bd.filter(pl.col("phase") == phase)
+        rows = _timed(every)
         wall = rows["wall_ns"].cast(pl.Float64) / NS_PER_MS
         total = int(rows["wall_ns"].sum())
 
@@ -36,7 +48,10 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
             .sort("allreduce_impl")
         )
         out[phase] = {
-            "count": rows.height,
+            "count": every.height,
+            "gpu_timed_count": int(every["gpu_timed"].fill_null(False).sum())
+            if "gpu_timed" in every.columns
+            else 0,
             "wall_ms_mean": _f(wall.mean()),
             "wall_ms_p50": _f(wall.median()),
             "wall_ms_p90": _f(wall.quantile(0.9, interpolation="linear")),
@@ -51,7 +66,13 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
 
 def summary_from(analysis: Analysis) -> dict[str, Any]:
     bd, cyc = analysis.breakdown, analysis.cycles
-    wall_ms = cyc["wall_ns"].cast(pl.Float64) / NS_PER_MS
+    timed_cycles = 0
+    timed = cyc
+    if "gpu_timed" in cyc.columns:
+        timed_cycles = int(cyc["gpu_timed"].fill_null(False).sum())
+        if 0 < timed_cycles < cyc.height:  # --gpu-sample N: cycle times of the timed cycles
+            timed = cyc.filter(pl.col("gpu_timed").fill_null(False))
+    wall_ms = timed["wall_ns"].cast(pl.Float64) / NS_PER_MS
     per_cycle_accept = (
         cyc.filter(pl.col("accept_len").is_not_null())
         .group_by("cycle")
@@ -68,6 +89,7 @@ def summary_from(analysis: Analysis) -> dict[str, Any]:
         "accept_len_mean": accept,
         "tokens_per_s": tokens_per_s,
         "approximate": bool(bd["approximate"].any()),
+        "gpu_timed_cycles": timed_cycles,
         "phases": phase_stats(bd),
         "unknown_comm_kernels": analysis.unknown_comm,
         "skew": phase_skew(skew_from(bd, analysis.collectives)),
