@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit.demo.config import PRESETS, ModelConfig, preset
-from tracekit.errors import CommandError, InputError, TracekitError
+from tracekit.errors import InputError, RankFailedError, TracekitError
 
 if TYPE_CHECKING:
     pass
@@ -297,10 +297,6 @@ def _rank_entry(
         dist.destroy_process_group()
 
 
-class RankFailedError(CommandError):
-    """A rank of the demo exited with an error (its traceback is above)."""
-
-
 def spawn_ranks(
     fn: Callable[..., None], world: int, args: tuple[Any, ...], *, backend: str = "gloo"
 ) -> None:
@@ -333,7 +329,7 @@ def spawn_ranks(
             p.join()
     if failed is not None:
         msg = f"{failed.name} of {world} exited with code {failed.exitcode}; see its messages above"
-        raise RankFailedError(msg, exit_code=1)
+        raise RankFailedError(msg)
 
 
 # -- A/B overhead blocks ----------------------------------------------------------------------
