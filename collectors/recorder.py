@@ -52,11 +52,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.phasemap import read_attr_path
+from tracekit.collectors.segments import RetentionPolicy, SegmentLog
 
 if TYPE_CHECKING:
     from tracekit.collectors.phasemap import Site
@@ -148,6 +149,8 @@ class RecorderConfig:
     via: str = "sitecustomize"
     exit_deadline_s: float = EXIT_DEADLINE_S
     flush_thread: bool = False  # a daemon thread flushes every flush_seconds (runtime sets it)
+    # rotation by size / age and retention of the record segments (collectors/segments.py)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     gpu_sample: int = 1  # CUDA events on every N-th cycle (`--gpu-sample N`); CPU clocks on all
 
 
@@ -244,6 +247,7 @@ class Recorder:
         self._flush_bytes = self._flush_n * _ROW.size
         self._last_flush = time.time_ns()
         self._fd: int | None = None
+        self._segments = SegmentLog(config.retention)
         self._schema: Any = None
         self._nvtx: Any = None
         self._nvtx_ready = False
@@ -806,10 +810,42 @@ class Recorder:
 
         self.dir.mkdir(parents=True, exist_ok=True)
         self._schema = raw_schema()
-        path = self.dir / RECORDS_FILE
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(self._fd, self._schema.serialize().to_pybytes())
+        self._open_segment()
         self._start_timer()
+
+    # -- segments (rotation and retention, collectors/segments.py) --------------------------
+    def _open_segment(self) -> None:
+        seg = self._segments.open(self.dir, time.time_ns())
+        self._fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        head = self._schema.serialize().to_pybytes()
+        os.write(self._fd, head)
+        seg.add(len(head), 0, None, time.time_ns())
+
+    def _segment_written(self, nbytes: int, rows: Any) -> None:
+        seg = self._segments.current
+        if seg is not None:
+            span = (
+                int(rows["start_ns"].min()),
+                int(rows["end_ns"].max()),
+                int(rows["cycle"].min()),
+                int(rows["cycle"].max()),
+            )
+            seg.add(nbytes, len(rows), span, time.time_ns())
+
+    def _rotate(self, *, writing: bool) -> None:
+        """At a flush (under the lock), before its batch: close a full or old segment and open
+        the next (so no segment is left empty); delete what retention no longer keeps (the
+        oldest first)."""
+        log = self._segments
+        now = time.time_ns()
+        if writing and self._fd is not None and self._fd >= 0 and log.should_rotate(now):
+            os.write(self._fd, _EOS)
+            os.close(self._fd)
+            self._fd = None
+            log.close_current()
+            self._open_segment()
+        if log.enforce(now):
+            self._process_records = -1  # process.json says what was dropped
 
     # -- timer flush -----------------------------------------------------------------------
     def _start_timer(self) -> None:
@@ -951,10 +987,13 @@ class Recorder:
             if len(self._sites) > self._sites_written:
                 _write_json(self.dir / SITES_FILE, {"sites": self._sites})
                 self._sites_written = len(self._sites)
+            self._rotate(writing=len(ready) > 0)
             if len(ready):
-                os.write(self._fd, self._batch(ready))  # type: ignore[arg-type]
+                data = self._batch(ready)
+                os.write(self._fd, data)  # type: ignore[arg-type]
                 self.flushes += 1
                 self._rows_written += len(ready)
+                self._segment_written(len(data), ready)
             if final:
                 os.write(self._fd, _EOS)  # type: ignore[arg-type]
                 os.close(self._fd)  # type: ignore[arg-type]
@@ -1036,6 +1075,8 @@ class Recorder:
                 patched=self.patched,
                 unresolved=self.unresolved,
                 active=self.active,
+                segments=self._segments.to_json(),
+                dropped=self._segments.dropped.to_json(),
             )
             data.update(extra)
             _write_json(self.dir / PROCESS_FILE, data)
@@ -1158,6 +1199,7 @@ class Recorder:
             except OSError:
                 pass
         self._fd = None
+        self._segments = SegmentLog(self.config.retention)
         self._sites_written = 0
         self._lock = threading.RLock()
         self._fork_locked = False
