@@ -45,6 +45,7 @@ BREAKDOWN_COLUMNS = [
     "unattributed_ns",
     "graph_launches",
     "device_end_ns",
+    "gpu_timed",
 ]
 
 
@@ -304,9 +305,19 @@ def rank_breakdown(
     intervals: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     """Breakdown rows (BREAKDOWN_COLUMNS) of one rank's top-level phase instances."""
-    top = _top(rp).select("inst", "rank", "cycle", "phase", "start_ns", "end_ns")
+    top = _top(rp)
     if top.height == 0:  # phases but no cycle on this rank: nothing to break down
         return _empty_breakdown()
+    # gpu_timed (light mode): the instance's device interval is its CUDA-event span; false
+    # where it is its CPU range (a CPU run, or a cycle `--gpu-sample N` left untimed); null for
+    # trace-based rows (the trace's activities are the device timeline)
+    if rp.approximate and "gpu_start_ns" in top.columns and "gpu_end_ns" in top.columns:
+        timed = pl.col("gpu_start_ns").is_not_null() & pl.col("gpu_end_ns").is_not_null()
+    else:
+        timed = pl.lit(None, dtype=pl.Boolean)
+    top = top.select(
+        "inst", "rank", "cycle", "phase", "start_ns", "end_ns", timed.alias("gpu_timed")
+    )
     ivals, extras = intervals or rank_intervals(run_dir, rp, table)
     parts = split(ivals, _window_start(rp))
     accept = rp.cycles.select("cycle", "accept_len")
@@ -348,6 +359,7 @@ def _empty_breakdown() -> pl.DataFrame:
         "allreduce_impl": pl.String,
         "accept_len": pl.Float64,
         "graph_kernel_frac": pl.Float64,
+        "gpu_timed": pl.Boolean,
     }
     return pl.DataFrame(schema={c: schema.get(c, pl.Int64) for c in BREAKDOWN_COLUMNS})
 
@@ -505,6 +517,7 @@ def cycle_frame(
         pl.col("device_end_ns").max(),
         pl.col("approximate").any(),
         pl.len().alias("phases"),
+        pl.col("gpu_timed").all().alias("gpu_timed"),  # null when every row's is null
     )
     cyc = (
         cycles.select(

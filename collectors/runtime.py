@@ -39,6 +39,7 @@ ENV_KEEP_BYTES = "TRACEKIT_KEEP_BYTES"
 ENV_KEEP_SECONDS = "TRACEKIT_KEEP_SECONDS"
 ENV_SEGMENT_BYTES = "TRACEKIT_SEGMENT_BYTES"  # rotation size (default: derived from --keep)
 ENV_SEGMENT_SECONDS = "TRACEKIT_SEGMENT_SECONDS"
+ENV_GPU_SAMPLE = "TRACEKIT_GPU_SAMPLE"  # CUDA events on every N-th cycle (`--gpu-sample N`)
 
 GRAPH_MODULE = "torch.cuda.graphs"
 
@@ -144,6 +145,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
             segment_bytes=_int_env(ENV_SEGMENT_BYTES, 0),
             segment_seconds=_float_env(ENV_SEGMENT_SECONDS, 0.0),
         ),
+        gpu_sample=max(1, _int_env(ENV_GPU_SAMPLE, 1)),
     )
     rec = Recorder(config)
     rec.process_info = {
@@ -155,6 +157,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         "via": via,
         "adapter": config.adapter,
         "mode": mode,
+        "gpu_sample": config.gpu_sample,
         "start_ns": time.time_ns(),
         "instrumented": True,
     }

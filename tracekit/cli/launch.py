@@ -94,6 +94,16 @@ import click
     show_default=True,
     help="Address the metrics are served on.",
 )
+@click.option(
+    "--gpu-sample",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="CUDA events on every N-th cycle only (CPU clocks on all): light mode's per-call "
+    "cost on CUDA is mostly event records. Breakdowns of the other cycles use CPU times "
+    "(`gpu_timed` false); per-phase statistics come from the timed cycles.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     adapter: str | None,
@@ -109,6 +119,7 @@ def command(
     keep_hours: float | None,
     metrics_port: int | None,
     metrics_host: str,
+    gpu_sample: int,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD with the draft, verify and allreduce phases of every rank recorded.
@@ -128,6 +139,7 @@ def command(
     import sys
 
     from tracekit.collectors import phasemap
+    from tracekit.collectors import runtime as rt
     from tracekit.collectors.launcher import LaunchOptions, launch
     from tracekit.errors import CollectorError
     from tracekit.live.sizes import parse_size
@@ -155,6 +167,8 @@ def command(
         keep_seconds=keep_hours * 3600 if keep_hours else 0.0,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        # passed to every rank like the other settings (a TRACEKIT_* variable)
+        extra_env={rt.ENV_GPU_SAMPLE: str(gpu_sample)},
     )
     result = launch(opts)
     click.echo(f"Run directory: {result.run_dir}", err=True)
