@@ -359,11 +359,14 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     ]
     unresolved_run: dict[str, str] = {}
     patched: set[str] = set()
+    via_base: dict[str, str] = {}
     for p in procs.values():
         patched.update(p.get("patched") or [])
+        via_base.update(p.get("via_base") or {})
         for t, why in (p.get("unresolved") or {}).items():
             unresolved_run.setdefault(t, why)
     never = sorted(set(map(str, pmap.targets())) - patched - set(unresolved_run))
+    components = _components(procs)
     manifest.update(
         status="finished",
         end_ns=time.time_ns(),
@@ -376,7 +379,9 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
             "patched": sorted(patched),
             "unresolved": [{"target": t, "why": w} for t, w in sorted(unresolved_run.items())],
             "module_never_imported": never,
+            "via_base": dict(sorted(via_base.items())),
         },
+        components=components,
     )
     try:
         _write_manifest(layout.manifest, manifest)
@@ -412,6 +417,22 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
                 f"kept: run `tracekit merge {run_dir}` to see the error, and report it"
             )
     return result
+
+
+def _components(procs: dict[int, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each component named by a process's probe (collectors/components.py): one entry per
+    distinct class, with the pids that use it."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pid, p in sorted(procs.items()):
+        for name, info in (p.get("components") or {}).items():
+            entries = out.setdefault(name, [])
+            for e in entries:
+                if e.get("class") == info.get("class"):
+                    e["pids"].append(pid)
+                    break
+            else:
+                entries.append({**info, "pids": [pid]})
+    return out
 
 
 def _reap_group(
