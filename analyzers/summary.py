@@ -49,8 +49,27 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
+NOT_MEASURED = (
+    "allreduce not measured: {ranks} ranks recorded no communication, so their collectives ran "
+    "where Python wrappers do not fire (inside a torch.compile graph or a captured CUDA graph); "
+    "the phases' allreduce share is unknown, not 0%. Get it with `--mode full` (the profiler "
+    "sees the communication ops and kernels inside graphs) or an eager run (vLLM: "
+    "enforce_eager / --enforce-eager)"
+)
+
+
+def allreduce_measured(bd: pl.DataFrame, collectives: pl.DataFrame) -> bool:
+    """False when a multi-rank run shows no communication at all: its collectives were
+    invisible to the collectors (DEFINITIONS.md "allreduce not measured"). A single rank has
+    nothing to communicate: 0 is then a measurement."""
+    if bd.height == 0 or bd["rank"].n_unique() < 2:
+        return True
+    return int(bd["allreduce_ns"].sum()) > 0 or collectives.height > 0
+
+
 def summary_from(analysis: Analysis) -> dict[str, Any]:
     bd, cyc = analysis.breakdown, analysis.cycles
+    measured = allreduce_measured(bd, analysis.collectives)
     wall_ms = cyc["wall_ns"].cast(pl.Float64) / NS_PER_MS
     per_cycle_accept = (
         cyc.filter(pl.col("accept_len").is_not_null())
@@ -60,6 +79,10 @@ def summary_from(analysis: Analysis) -> dict[str, Any]:
     accept = _f(per_cycle_accept["accept_len"].mean()) if per_cycle_accept.height else None
     mean_ms = _f(wall_ms.mean())
     tokens_per_s = accept * 1000.0 / mean_ms if accept is not None and mean_ms else None
+    phases = phase_stats(bd)
+    if not measured:
+        for p in phases.values():
+            p["allreduce_pct"] = None
     return {
         "ranks": bd["rank"].n_unique(),
         "cycles": cyc["cycle"].n_unique(),
@@ -68,7 +91,9 @@ def summary_from(analysis: Analysis) -> dict[str, Any]:
         "accept_len_mean": accept,
         "tokens_per_s": tokens_per_s,
         "approximate": bool(bd["approximate"].any()),
-        "phases": phase_stats(bd),
+        "phases": phases,
+        "allreduce_measured": measured,
+        "allreduce_note": None if measured else NOT_MEASURED.format(ranks=bd["rank"].n_unique()),
         "unknown_comm_kernels": analysis.unknown_comm,
         "skew": phase_skew(skew_from(bd, analysis.collectives)),
     }

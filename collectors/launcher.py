@@ -404,6 +404,7 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
 
         try:
             result.merge_result = merge(run_dir)
+            _check_collectives_seen(run_dir, opts.mode, pmap, result.merge_result, warn)
         except OSError as exc:
             warn(
                 f"could not merge {run_dir} ({exc.strerror or exc}); the raw data is kept: "
@@ -417,6 +418,26 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
                 f"kept: run `tracekit merge {run_dir}` to see the error, and report it"
             )
     return result
+
+
+def _check_collectives_seen(
+    run_dir: Path, mode: str, pmap: pm.PhaseMap, merged: Any, warn: Callable[[str], None]
+) -> None:
+    """Light mode, several ranks, an allreduce phase in the map, and not one allreduce call
+    recorded: the collectives ran where the wrappers cannot fire. Say so once."""
+    if mode != "light" or "allreduce" not in pmap.phase_names or len(merged.ranks) < 2:
+        return
+    from tracekit.store.reader import read_table
+
+    phases = read_table(run_dir, "phases")
+    if phases.height == 0 or "allreduce" in set(phases["phase"].to_list()):
+        return
+    warn(
+        f"no allreduce call was recorded on {len(merged.ranks)} ranks: the collectives ran inside "
+        "a torch.compile graph or a captured CUDA graph, where Python wrappers do not fire. "
+        "Allreduce is not measured in this run (summary and report say so); for its share "
+        "run with --mode full, or eager (vLLM: --enforce-eager)"
+    )
 
 
 def _components(procs: dict[int, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -51,6 +51,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=len(PROMPTS))
+    # one sequence at a time: tracekit's per-cycle acceptance and vLLM's pooled counters then
+    # count the same (request, step) pairs
+    ap.add_argument("--max-num-seqs", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     models = ensure_models()
@@ -65,7 +68,7 @@ def main() -> None:
         tensor_parallel_size=args.tp,
         speculative_config=spec_config(args.method, models, args.k),
         max_model_len=512,
-        max_num_seqs=4,
+        max_num_seqs=args.max_num_seqs,
         gpu_memory_utilization=0.5,
         dtype="float32",
         seed=0,
