@@ -94,13 +94,16 @@ def assign_cycles(
     lookup = ranges.select(
         pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re"), pl.col("cycle").alias("_rc")
     )
+    # A top-level instance belongs to the cycle that holds its midpoint: its annotation and the
+    # collector's record of the same call differ by microseconds at either end (two clocks,
+    # the profiler range opened inside the record), which must not move it to another cycle.
     tagged = (
-        top.select("inst", "start_ns")
-        .sort("start_ns")
-        .join_asof(lookup, left_on="start_ns", right_on="_rs")
+        top.select("inst", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("_mid"))
+        .sort("_mid")
+        .join_asof(lookup, left_on="_mid", right_on="_rs")
         .select(
             pl.col("inst").alias("top"),
-            pl.when(pl.col("_rc").is_not_null() & (pl.col("start_ns") < pl.col("_re")))
+            pl.when(pl.col("_rc").is_not_null() & (pl.col("_mid") < pl.col("_re")))
             .then(pl.col("_rc"))
             .otherwise(-1)
             .alias("cycle"),

@@ -88,7 +88,7 @@ class ProfileWindow:
             return self.range(range_name)
         return None
 
-    def cycle_end(self, cycle: int, rf: Any) -> None:
+    def cycle_end(self, cycle: int, rf: Any = None) -> None:
         if rf is not None:
             self.range_exit(rf)
         w = self.window

@@ -188,9 +188,9 @@ class _Thread:
 # (site info, phase code, cycle, depth, parent code, thread, seq, replays at enter, CUDA event,
 #  cycle code, profiler range, profiler cycle range, start ns)
 Frame = tuple[Any, int, int, int, int, _Thread, int, int, Any, int, Any, Any, int]
-# Per-site info, computed once a site: (phase code or -1, cycle site, starts_cycle, accept_len
-# path, cycle accept_len path, site).
-_SiteInfo = tuple[int, bool, bool, "str | None", "str | None", "Site"]
+# Per-site info, computed once a site: (phase code or -1, cycle site, starts_cycle, phase accept
+# (a `BoundAccept`, or a legacy `accept_len` path), cycle accept (same), site).
+_SiteInfo = tuple[int, bool, bool, Any, Any, "Site"]
 
 
 class Recorder:
@@ -223,6 +223,7 @@ class Recorder:
         self._event_pool: list[Any] = []
         self._gpu_ref: tuple[Any, int] | None = None
         self._failed = False
+        self._accept_off: set[int] = set()  # id() of accept rules disabled after a failure
         self._rank_info: dict[str, Any] = {}
         self._manifest_written = False
         # site codes: id(site) -> code; table written to sites.json before a batch uses them
@@ -326,7 +327,9 @@ class Recorder:
             code = self._codes.get(id(site), -1)
             if code < 0:
                 code = self._new_code(site, "phase")
-        info = (code, site.cycle, site.starts_cycle, site.accept_len, site.cycle_accept_len, site)
+        acc = site.bound[0] if site.bound[0] is not None else site.accept_len
+        cacc = site.bound[1] if site.bound[1] is not None else site.cycle_accept_len
+        info = (code, site.cycle, site.starts_cycle, acc, cacc, site)
         self._info[id(site)] = info
         return info
 
@@ -374,7 +377,7 @@ class Recorder:
                     ccode = self._new_code(site, "cycle")
                 self.cycle += 1
                 if prof is not None:
-                    rfc = prof.cycle_start(self.cycle, "tracekit/cycle")
+                    prof.cycle_start(self.cycle, None)  # starts the window, opens no range
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[ccode])
             stack = ts.stack
@@ -390,37 +393,54 @@ class Recorder:
                 stack.append(code)
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[code])
-                if prof is not None and prof.active:
-                    rf = prof.range(f"tracekit/{site.phase}")
             seq = self._next_seq()
             ev = self._gpu_mark() if cuda_on and depth == 0 else None
+            start = _time_ns()
+            if prof is not None and prof.active:
+                # Inside the recorded [start, end]: a profiler range never starts before its
+                # record (nor ends after it), so the cycle the record is in holds it too.
+                if ccode >= 0:
+                    rfc = prof.range("tracekit/cycle")
+                if code >= 0:
+                    rf = prof.range(f"tracekit/{site.phase}")
             return (
                 info, code, self.cycle, depth, parent, ts, seq, ts.replays, ev, ccode, rf, rfc,
-                _time_ns(),
+                start,
             )  # fmt: skip
         except Exception as exc:
             self.fail("enter", exc)
             return None
 
-    def exit(self, fr: Frame | None, ok: bool, result: object) -> None:
+    def exit(
+        self,
+        fr: Frame | None,
+        ok: bool,
+        result: object,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
         if fr is None:
             return
         try:
-            end = _time_ns()
             info, code, cycle, depth, parent, ts, seq, rep0, ev, ccode, rf, rfc, start = fr
+            if rf is not None or rfc is not None:  # full mode: close the ranges, then stamp
+                if rf is not None:
+                    self.profile.range_exit(rf)  # type: ignore[union-attr]
+                if rfc is not None:
+                    self.profile.range_exit(rfc)  # type: ignore[union-attr]
+                rf = rfc = None
+            end = _time_ns()
             ev_end = self._gpu_mark() if ev is not None else None
             replays = ts.replays - rep0
             nv = self._nvtx
             rows = self._rows
             if code >= 0:
-                if rf is not None:
-                    self.profile.range_exit(rf)  # type: ignore[union-attr]
                 if nv is not None:
                     nv.pop_range()
                 ts.stack.pop()
                 acc = _NAN
                 if ok and info[3] is not None:
-                    acc = self._accept(result, info[3])
+                    acc = self._accept(result, info[3], args, kwargs, info[5])
                 rows += _pack(code, cycle, depth, parent, ts.tid, seq, start, end, replays, acc, ok)
                 if ev_end is not None:
                     self._gpu_pending.append((seq, ev, ev_end))
@@ -431,7 +451,7 @@ class Recorder:
                     nv.pop_range()
                 acc = _NAN
                 if ok and info[4] is not None:
-                    acc = self._accept(result, info[4])
+                    acc = self._accept(result, info[4], args, kwargs, info[5])
                 cseq = seq if code < 0 else -seq  # a site both phase and cycle: two rows
                 rows += _pack(ccode, cycle, depth, -1, ts.tid, cseq, start, end, replays, acc, ok)
                 if ev is not None:
@@ -465,10 +485,10 @@ class Recorder:
         """
         rec = self
         next_seq = self._next_seq
-        if site.phase is None or site.cycle:
+        if site.phase is None or site.cycle or site.needs_args:
             return generic
         starts_cycle = site.starts_cycle
-        acc_path = site.accept_len
+        acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
         code = -1  # the site's phase code, known after its first call
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -535,7 +555,7 @@ class Recorder:
                     ts.stack.pop()
                     acc = _NAN
                     if ok and acc_path is not None:
-                        acc = rec._accept(result, acc_path)
+                        acc = rec._accept(result, acc_path, (), None, site)
                     rows = rec._rows
                     rows += _pack(
                         code, cycle, depth, parent, ts.tid, seq, start, end,
@@ -555,12 +575,42 @@ class Recorder:
 
         return call
 
-    def _accept(self, result: object, path: str) -> float:
-        try:
-            acc = _as_accept_len(read_attr_path(result, path))
-        except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+    def _accept(
+        self,
+        result: object,
+        rule: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        site: Site,
+    ) -> float:
+        """A cycle's tokens from a call: a legacy `accept_len` path on the return value (NaN
+        when absent), or a bound `accept` rule; a rule that fails, or gives no number, is
+        disabled for this target and said once on stderr; the program never sees it."""
+        if isinstance(rule, str):
+            try:
+                acc = _as_accept_len(read_attr_path(result, rule))
+            except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+                return _NAN
+            return _NAN if acc is None else acc
+        if id(rule) in self._accept_off:
             return _NAN
-        return _NAN if acc is None else acc
+        why = ""
+        try:
+            value = rule.read(result, args, kwargs or {})
+            acc = _as_accept_len(value)
+            if acc is None:
+                why = f"gave {type(value).__name__}, not a number (a CUDA tensor is not read: that would synchronise)"
+        except Exception as exc:
+            acc, why = None, f"{type(exc).__name__}: {exc}"
+        if acc is not None:
+            return acc
+        self._accept_off.add(id(rule))
+        with contextlib.suppress(Exception):
+            sys.stderr.write(
+                f"tracekit: accept rule {rule.rule.text} ({rule.rule.where}) on {site.target} "
+                f"{why}; acceptance is not read from this target any more, the program goes on\n"
+            )
+        return _NAN
 
     @property
     def _buf(self) -> list[tuple[Any, ...]]:

@@ -35,11 +35,24 @@ class Hooks(Protocol):
 
     def enter(self, site: Site) -> Any: ...
 
-    def exit(self, frame: Any, ok: bool, result: object) -> None: ...
+    def exit(
+        self,
+        frame: Any,
+        ok: bool,
+        result: object,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> None: ...
 
 
 def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[..., Any]:
-    """Wrap a plain function (sync or async)."""
+    """Wrap a plain function (sync or async). A site whose accept rule reads an argument hands
+    the call's arguments to `exit` (the rule is evaluated there, at the phase exit)."""
+    from tracekit.collectors.phasemap import bind_site
+
+    site = bind_site(site, fn)
+    if site.needs_args:
+        return _args_wrapper(fn, site, hooks)
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
@@ -80,6 +93,48 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
     sync_call = getattr(hooks, "sync_call", None)
     # the recorder's own body, with enter/exit inlined, falling back to `wrapper`
     body = wrapper if sync_call is None else sync_call(fn, site, wrapper)
+    body = functools.wraps(fn)(body)
+    setattr(body, WRAPPED_MARK, site)
+    return body
+
+
+def _args_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[..., Any]:
+    """`make_wrapper` for a site whose accept rule reads an argument of the call."""
+    body: Callable[..., Any]
+    if inspect.iscoroutinefunction(fn):
+
+        async def abody(*args: Any, **kwargs: Any) -> Any:
+            if not hooks.active:
+                return await fn(*args, **kwargs)
+            frame = hooks.enter(site)
+            if frame is None:
+                return await fn(*args, **kwargs)
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException:
+                hooks.exit(frame, False, None)
+                raise
+            hooks.exit(frame, True, result, args, kwargs)
+            return result
+
+        body = abody
+    else:
+
+        def sbody(*args: Any, **kwargs: Any) -> Any:
+            if not hooks.active:
+                return fn(*args, **kwargs)
+            frame = hooks.enter(site)
+            if frame is None:
+                return fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                hooks.exit(frame, False, None)
+                raise
+            hooks.exit(frame, True, result, args, kwargs)
+            return result
+
+        body = sbody
     body = functools.wraps(fn)(body)
     setattr(body, WRAPPED_MARK, site)
     return body

@@ -46,6 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "What changed between two runs, biggest significant change first.",
     ),
     "breakeven": ("tracekit.cli.breakeven", "Acceptance length needed to beat plain decoding."),
+    "sweep": (
+        "tracekit.cli.sweep",
+        "Run a workload at several held acceptance lengths; measure the break-even.",
+    ),
     "report": ("tracekit.cli.report", "Write the self-contained HTML report of a run."),
     "perfetto": ("tracekit.cli.perfetto", "Write a native Perfetto trace of a run."),
     "view": ("tracekit.cli.view", "Open a run's Perfetto trace in ui.perfetto.dev."),

@@ -64,6 +64,13 @@ def _have(module: str) -> bool:
 )
 @click.option("--baseline", is_flag=True, help="Plain decoding (phase `decode`), no draft.")
 @click.option(
+    "--simulate-accept-len",
+    type=float,
+    default=None,
+    metavar="X",
+    help="Hold the mean acceptance length at X (1 to K+1); the work a cycle stays a real cycle's.",
+)
+@click.option(
     "--mode",
     type=click.Choice(["light", "full"]),
     default="full",
@@ -98,6 +105,7 @@ def command(
     draft_tokens: int,
     verify_mode: str,
     baseline: bool,
+    simulate_accept_len: float | None,
     mode: str,
     profile_cycles: str,
     model_size: str | None,
@@ -117,6 +125,7 @@ def command(
         tracekit demo --baseline --name base && tracekit demo --name spec
         tracekit breakeven --baseline tracekit-runs/base --spec tracekit-runs/spec
         tracekit demo --device cuda --ranks 1 --verify-mode graph
+        tracekit demo --simulate-accept-len 2.5
     """
     started = time.perf_counter()
     if not _have("torch"):
@@ -128,6 +137,7 @@ def command(
     if ranks is None and device == "cpu":
         ranks = 8
     _check_options(ranks, cycles, draft_tokens, verify_mode, device, baseline, mode, profile_cycles)
+    _check_simulate(simulate_accept_len, draft_tokens, baseline)
     size = model_size or ("tiny" if device == "cpu" else "large")
     name = name or time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir = out / name
@@ -148,6 +158,8 @@ def command(
             server.append("--baseline")
         else:
             server += ["--draft-tokens", str(draft_tokens), "--verify-mode", verify_mode]
+            if simulate_accept_len is not None:
+                server += ["--simulate-accept-len", repr(simulate_accept_len)]
         missing: list[str] = []
         if _have("tracekit.collectors.launcher"):
             cmd = [
@@ -206,9 +218,23 @@ def _check_options(
             raise InputError(msg)
 
 
-def _run(cmd: list[str]) -> int:
+def _check_simulate(x: float | None, draft_tokens: int, baseline: bool) -> None:
+    if x is None:
+        return
+    if baseline:
+        msg = "--simulate-accept-len holds speculative acceptance; drop it with --baseline"
+        raise InputError(msg)
+    if not 1.0 <= x <= draft_tokens + 1:
+        msg = (
+            f"--simulate-accept-len {x} is outside [1, {draft_tokens + 1}]: a cycle emits 1 to "
+            f"K+1 tokens (K = --draft-tokens {draft_tokens})"
+        )
+        raise InputError(msg)
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:
     """Run `cmd`, passing its output on (to stderr) without Kineto's per-rank noise."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )

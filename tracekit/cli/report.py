@@ -1,4 +1,4 @@
-"""`tracekit report RUN_DIR [-o FILE.html] [--baseline RUN] [--cdn]`."""
+"""`tracekit report RUN_DIR [-o FILE.html] [--baseline RUN] [--sweep SWEEP_DIR] [--cdn]`."""
 
 from __future__ import annotations
 
@@ -29,9 +29,20 @@ from tracekit.errors import InputError
     is_flag=True,
     help="Link plotly.js from cdn.plot.ly instead of embedding it (smaller file, needs network).",
 )
+@click.option(
+    "--sweep",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A `tracekit sweep` directory (or its sweep.json): adds the acceptance sweep's section.",
+)
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
 def command(
-    run_dir: Path, output: Path | None, baseline: Path | None, cdn: bool, force: bool
+    run_dir: Path,
+    output: Path | None,
+    baseline: Path | None,
+    cdn: bool,
+    sweep: Path | None,
+    force: bool,
 ) -> None:
     """Write the self-contained HTML report of a run.
 
@@ -44,6 +55,7 @@ def command(
     Example:
         tracekit report runs/demo-001
         tracekit report runs/spec --baseline runs/plain -o spec-vs-plain.html
+        tracekit report runs/sweep-1/accept-2.5 --sweep runs/sweep-1
     """
     from tracekit.report.html import write_report
     from tracekit.store.layout import RunLayout
@@ -58,6 +70,10 @@ def command(
     if output is not None and out.exists() and not force:
         msg = f"file already exists, will not overwrite without --force: {out}"
         raise InputError(msg)
-    write_report(run_dir, out, baseline=baseline, cdn=cdn)
+    if sweep is not None:
+        from tracekit.analyzers.sweep import load_sweep
+
+        load_sweep(sweep)  # a bad --sweep fails before anything is written
+    write_report(run_dir, out, baseline=baseline, cdn=cdn, sweep=sweep)
     click.echo(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", err=True)
     click.echo(f"Open it in a browser: file://{out.resolve()}", err=True)

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 # CPU, which saves its import time (seconds on a loaded 2-core machine) before the ranks start.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
+# Held acceptance, as SGLang's SGLANG_SIMULATE_ACC_LEN: `--simulate-accept-len` wins over it.
+SIMULATE_ENV = "TRACEKIT_DEMO_SIMULATE_ACC_LEN"
+
 CPU_NOTE = (
     "note: {ranks} ranks share {cores} CPU cores here, so every allreduce waits for ranks to be "
     "scheduled: the CPU breakdown is allreduce-heavy by construction (on GPUs it is not)."
@@ -57,6 +60,7 @@ class DemoOptions:
     max_new_tokens: int = 64
     seed: int = 0
     graphs: bool = True
+    simulate_accept_len: float | None = None
     result: str | None = None
     quiet: bool = False
 
@@ -111,6 +115,17 @@ def parser() -> argparse.ArgumentParser:
         "--no-graphs", dest="graphs", action="store_false", help="CUDA: run every phase eagerly"
     )
     p.add_argument(
+        "--simulate-accept-len",
+        type=float,
+        default=None,
+        metavar="X",
+        help=(
+            "hold the mean acceptance length at X (1 to K+1): each cycle keeps floor(X) or "
+            f"ceil(X) tokens, same work a cycle (default: ${SIMULATE_ENV} if set, else real "
+            "acceptance)"
+        ),
+    )
+    p.add_argument(
         "--result",
         default=None,
         help="write tokens/s, cycles, accept_len_mean and step times to this JSON file",
@@ -121,6 +136,9 @@ def parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> DemoOptions:
     ns = parser().parse_args(argv)
+    simulate = ns.simulate_accept_len
+    if simulate is None and not ns.baseline:
+        simulate = _simulate_from_env()
     ranks = ns.ranks
     if ranks is None:
         ranks = 8 if ns.device == "cpu" else max(1, _cuda_count())
@@ -138,11 +156,23 @@ def parse_args(argv: list[str] | None = None) -> DemoOptions:
         max_new_tokens=ns.max_new_tokens,
         seed=ns.seed,
         graphs=ns.graphs,
+        simulate_accept_len=simulate,
         result=ns.result,
         quiet=ns.quiet,
     )
     validate(opts)
     return opts
+
+
+def _simulate_from_env() -> float | None:
+    raw = os.environ.get(SIMULATE_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        msg = f"{SIMULATE_ENV}={raw!r} is not a number; set it to an acceptance length, e.g. 2.5"
+        raise InputError(msg) from None
 
 
 def _cuda_count() -> int:
@@ -175,6 +205,17 @@ def validate(opts: DemoOptions) -> None:
             "shorter prompt or fewer draft tokens"
         )
         raise InputError(msg)
+    x = opts.simulate_accept_len
+    if x is not None:
+        if opts.baseline:
+            msg = "--simulate-accept-len holds speculative acceptance; drop it with --baseline"
+            raise InputError(msg)
+        if not 1.0 <= x <= opts.draft_tokens + 1:
+            msg = (
+                f"--simulate-accept-len {x} is outside [1, {opts.draft_tokens + 1}]: a cycle "
+                f"emits 1 to K+1 tokens (K = --draft-tokens {opts.draft_tokens})"
+            )
+            raise InputError(msg)
     if opts.device == "cuda" and _cuda_count() == 0:
         msg = "--device cuda, but torch sees no CUDA device; run with --device cpu"
         raise InputError(msg)
@@ -316,6 +357,7 @@ def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
             draft_tokens=opts.draft_tokens,
             use_graphs=use_graphs,
             verify_mode=opts.verify_mode,
+            simulate_accept_len=opts.simulate_accept_len,
         )
     ready = time.time()
 
@@ -359,6 +401,12 @@ def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
         "requests": requests,
         "tokens": tokens,
         "accept_len_mean": tokens / len(accept),
+        "simulate_accept_len": opts.simulate_accept_len,
+        # what the real greedy check would have accepted (drafts + 1 a cycle); equal to
+        # accept_len_mean unless acceptance is simulated
+        "accept_len_natural_mean": (
+            1.0 if opts.baseline else 1.0 + getattr(decoder, "natural_accepted", 0) / len(accept)
+        ),
         "tokens_per_s": tokens / step_total if step_total > 0 else 0.0,
         "step_ms": [s * 1e3 for s in step_s],
         "step_ms_p50": statistics.median(step_s) * 1e3,
@@ -381,6 +429,11 @@ def _print_summary(p: dict[str, Any], opts: DemoOptions) -> None:
         if opts.baseline
         else (f"speculative, K={opts.draft_tokens} draft tokens, verify {opts.verify_mode}")
     )
+    if opts.simulate_accept_len is not None:
+        what += (
+            f", acceptance held at {opts.simulate_accept_len:g} (the real check would have "
+            f"given {p['accept_len_natural_mean']:.2f})"
+        )
     graphs = ", CUDA graphs" if p["cuda_graphs"] else ""
     lines = [
         f"tracekit demo server: {p['ranks']} rank(s) on {p['device']} ({p['backend']}, "

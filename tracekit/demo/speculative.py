@@ -13,10 +13,16 @@ roll the target cache back past the rejected ones) and `draft_extend` (re-run th
 target's real features of the accepted tokens, which replaces the drafted cache entries).
 These method names are tracekit's hook points (docs/dev/CONTRACTS.md); `verify` and `step` return
 objects with an int `accept_len`.
+
+With `simulate_accept_len` the verifier still runs the same forward and compares the drafts with
+the target's choices, but the number of drafts kept each cycle comes from `AcceptSchedule`
+instead (SGLang's `SGLANG_SIMULATE_ACC_LEN`, vLLM's synthetic rejection sampling): the work a
+cycle does is a real cycle's, only acceptance is held.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +33,36 @@ from tracekit.demo.graphs import GraphRunner
 from tracekit.demo.model import KVCache, TargetModel
 
 VERIFY_MODES = ("extend", "graph")
+
+
+class AcceptSchedule:
+    """Acceptance lengths whose running mean is held at `mean` (in [1, K+1]).
+
+    Cycle c emits round(c x mean) - round((c-1) x mean) tokens (round half up), so after N
+    cycles the tokens are round(N x mean) and the mean acceptance length is `mean` to within
+    1/(2N); every cycle emits floor(mean) or ceil(mean) tokens (vLLM's minimum-variance schedule
+    has the same two values, drawn at random). Deterministic, so every rank keeps the same count.
+    """
+
+    def __init__(self, mean: float, draft_tokens: int) -> None:
+        if not 1.0 <= mean <= draft_tokens + 1:
+            msg = (
+                f"simulated acceptance length {mean} is outside [1, {draft_tokens + 1}] "
+                f"(1 to K+1 with K={draft_tokens} draft tokens)"
+            )
+            raise ValueError(msg)
+        self.mean = mean
+        self.k = draft_tokens
+        self.cycles = 0
+        self.tokens = 0
+
+    def next(self) -> int:
+        """Acceptance length (accepted drafts + 1) of the next cycle."""
+        self.cycles += 1
+        total = math.floor(self.cycles * self.mean + 0.5)
+        n = min(max(total - self.tokens, 1), self.k + 1)
+        self.tokens += n
+        return n
 
 
 @dataclass
@@ -152,6 +188,7 @@ class SpeculativeDecoder(_Decoder):
         draft_tokens: int = 3,
         use_graphs: bool = False,
         verify_mode: str = "extend",
+        simulate_accept_len: float | None = None,
     ) -> None:
         super().__init__(target)
         if draft_tokens < 1:
@@ -165,6 +202,14 @@ class SpeculativeDecoder(_Decoder):
             raise ValueError(msg)
         self.head = draft_head
         self.k = draft_tokens
+        self.schedule = (
+            None
+            if simulate_accept_len is None
+            else AcceptSchedule(simulate_accept_len, draft_tokens)
+        )
+        # drafts the real greedy check accepted, summed over cycles (equal to the kept drafts
+        # unless acceptance is simulated)
+        self.natural_accepted = 0
         self.verify_mode = verify_mode
         self.draft_cache = draft_head.new_cache()
         self.draft_feature = torch.zeros(
@@ -259,6 +304,12 @@ class SpeculativeDecoder(_Decoder):
         accepted = 0
         while accepted < self.k and got[accepted] == want[accepted]:
             accepted += 1
+        self.natural_accepted += accepted
+        if self.schedule is not None:
+            # Held acceptance: keep the first n-1 drafts as drafted (the tokens the target's
+            # cache now holds, so the sequence stays the one the model saw) and add the
+            # target's own token after them; a correct draft beyond them is dropped.
+            accepted = self.schedule.next() - 1
         tokens = [*got[:accepted], want[accepted]]
         self.cache.truncate(n + accepted + 1)
         self.next_token = tokens[-1]

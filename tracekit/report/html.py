@@ -65,11 +65,29 @@ class Report:
 
 
 def write_report(
-    run_dir: Path, out_path: Path, *, baseline: Path | None = None, cdn: bool = False
+    run_dir: Path,
+    out_path: Path,
+    *,
+    baseline: Path | None = None,
+    cdn: bool = False,
+    sweep: Path | None = None,
 ) -> Path:
-    """Build and write the report of `run_dir` (compared with `baseline` when given)."""
+    """Build and write the report of `run_dir` (compared with `baseline` when given; with the
+    acceptance sweep of `tracekit sweep` when `sweep` names its directory or sweep.json)."""
     report = build(Path(run_dir), baseline=Path(baseline) if baseline is not None else None)
+    if sweep is not None:
+        _add_sweep(report, Path(sweep))
     return render(report, Path(out_path), cdn=cdn)
+
+
+def _add_sweep(report: Report, sweep: Path) -> None:
+    """The sweep's section, after the break-even curve (tracekit/report/sweep.py)."""
+    from tracekit.analyzers.sweep import load_sweep
+    from tracekit.report.sweep import sweep_section
+
+    section = sweep_section(load_sweep(sweep))
+    at = next((i + 1 for i, s in enumerate(report.sections) if s.id == "breakeven"), None)
+    report.sections.insert(len(report.sections) if at is None else at, section)
 
 
 # --------------------------------------------------------------------------------------------

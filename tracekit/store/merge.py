@@ -257,11 +257,45 @@ def _world_size(procs: list[ProcessData]) -> int | None:
     return max(sizes) if sizes else None
 
 
+def _apply_deltas(rows: list[dict[str, Any]], kind: str, phase: str | None, source: str) -> None:
+    """Turn the lengths an accept rule of kind "delta" recorded into tokens per call, in place.
+
+    The calls are the outermost ones of that phase (or the cycle-target calls), per process in
+    time order. A length read from an argument is the state before the call's cycle, so a
+    call's tokens are the growth to the next call; one read from a return value is the state
+    after, so the growth from the previous call. A growth <= 0 (a new sequence began) and a
+    call without a neighbour have none (DEFINITIONS.md "acceptance rules").
+    """
+    calls: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["kind"] != kind or (phase is not None and r["phase"] != phase):
+            continue
+        if r["depth"] != 0:
+            r["accept_len"] = None
+            continue
+        calls.setdefault(r.get("pid"), []).append(r)
+    for group in calls.values():
+        vals = [r["accept_len"] for r in group]
+        for i, r in enumerate(group):
+            j = i + 1 if source == "arg" else i - 1
+            a = vals[i]
+            b = vals[j] if 0 <= j < len(vals) else None
+            if a is None or b is None or a != a or b != b:
+                r["accept_len"] = None
+                continue
+            grow = (b - a) if source == "arg" else (a - b)
+            r["accept_len"] = grow if grow > 0 else None
+
+
 def _phases_and_cycles(
     records: list[dict[str, Any]], pmap_cycle: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows = list(records)
     rows.sort(key=lambda r: (r["start_ns"], r["seq"]))
+    for name, source in (pmap_cycle.get("delta_phases") or {}).items():
+        _apply_deltas(rows, "phase", name, source)
+    if pmap_cycle.get("cycle_delta"):
+        _apply_deltas(rows, "cycle", None, pmap_cycle["cycle_delta"])
     phase_rows = [r for r in rows if r["kind"] == "phase"]
     cycle_rows = [r for r in rows if r["kind"] == "cycle"]
     require = pmap_cycle.get("require")
@@ -439,7 +473,19 @@ def merge(run_dir: Path | str) -> MergeResult:
     pmap_path = layout.raw / "phasemap.toml"
     if pmap_path.exists():
         pmap = pm.load(pmap_path)
-        cycle_cfg = {"require": pmap.cycle.require, "starts_with": pmap.cycle.starts_with}
+        cycle_cfg = {
+            "require": pmap.cycle.require,
+            "starts_with": pmap.cycle.starts_with,
+            # accept rules of kind "delta": lengths recorded, tokens computed here
+            "delta_phases": {
+                ph.name: ph.accept[0].source
+                for ph in pmap.phases
+                if ph.accept and ph.accept[0].kind == "delta"
+            },
+            "cycle_delta": pmap.cycle.accept[0].source
+            if pmap.cycle.accept and pmap.cycle.accept[0].kind == "delta"
+            else None,
+        }
 
     procs = read_processes(layout.raw)
     _assign_ranks(procs, warnings)
