@@ -26,7 +26,9 @@ from tracekit.collectors.wrappers import WRAPPED_MARK, resolve_owner
 Report = Callable[[str, dict[str, Any]], None]
 
 
-def read_value(value: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def read_value(
+    value: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """The object `value` names, for one call of `fn(*args, **kwargs)`."""
     if ":" in value:
         module, rest = value.split(":", 1)
@@ -101,7 +103,12 @@ def install_probe(module: ModuleType, spec: ComponentSpec, report: Report) -> bo
                 setattr(owner, attr, raw)
                 info = describe(read_value(spec.value, fn, args, kwargs))
             except Exception as exc:
-                info = {"class": None, "covered": None, "covered_by": [], "error": f"{type(exc).__name__}: {exc}"}
+                info = {
+                    "class": None,
+                    "covered": None,
+                    "covered_by": [],
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
             info["at"] = str(spec.at)
             try:
                 report(spec.name, info)

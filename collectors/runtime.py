@@ -133,7 +133,7 @@ def _not_found(module: ModuleType, qualname: str) -> str:
     message for a module still marked as initialising (true inside an import hook) blames a
     circular import, which is wrong here: the module ran to its end without that name."""
     obj: object = module
-    done = []
+    done: list[str] = []
     for part in qualname.split("."):
         if not hasattr(obj, part):
             kind = "package" if hasattr(module, "__path__") and obj is module else "module"

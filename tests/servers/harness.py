@@ -30,7 +30,9 @@ RUN_TIMEOUT_S = 600
 def vllm_env(tp: int) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(REPO) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     if tp > 1:
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tp)))
         env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
@@ -72,7 +74,18 @@ def offline(
     cmd = driver
     run_dir = None
     if instrumented:
-        cmd = [TRACEKIT, "launch", "--adapter", "vllm", "--mode", mode, "--out", str(tmp), "--name", name]
+        cmd = [
+            TRACEKIT,
+            "launch",
+            "--adapter",
+            "vllm",
+            "--mode",
+            mode,
+            "--out",
+            str(tmp),
+            "--name",
+            name,
+        ]
         if profile_cycles:
             cmd += ["--profile-cycles", profile_cycles]
         cmd += ["--", *driver]
@@ -84,7 +97,9 @@ def offline(
     )  # fmt: skip
     wall = time.perf_counter() - t0
     (tmp / f"{name}.stderr").write_text(proc.stderr)
-    assert out.is_file(), f"{' '.join(cmd)} wrote no result (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
+    assert out.is_file(), (
+        f"{' '.join(cmd)} wrote no result (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
+    )
     return Run(json.loads(out.read_text()), proc.returncode, proc.stderr, wall, run_dir)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+from tracekit.analyzers.summary import allreduce_measured, summarize
 
 from tests.unit.analyzers.builders import write_rows
-from tracekit.analyzers.summary import allreduce_measured, summarize
 
 NO_COMM = pl.DataFrame({"rank": [], "cycle": []}, schema={"rank": pl.Int64, "cycle": pl.Int64})
 
@@ -52,6 +52,7 @@ def test_summary_marks_allreduce_not_measured(tmp_path: Path) -> None:
     assert "not measured" in s["allreduce_note"]
     assert all(p["allreduce_pct"] is None for p in s["phases"].values())
     s = summarize(_two_rank_light(tmp_path / "eager", allreduce=True))
-    assert s["allreduce_measured"] is True and s["allreduce_note"] is None
+    assert s["allreduce_measured"] is True
+    assert s["allreduce_note"] is None
     # verify 2000 ns wall, 500 ns of it allreduce
     assert abs(s["phases"]["verify"]["allreduce_pct"] - 25.0) < 1e-9

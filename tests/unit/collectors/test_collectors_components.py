@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tracekit.collectors import components, runtime
 from tracekit.collectors.phasemap import ComponentSpec, Site, Target, parse
 from tracekit.collectors.wrappers import install
+
 from tracekit.errors import CollectorError
 
 MAP = """
@@ -116,7 +116,8 @@ def test_probe_uncovered_class_and_none() -> None:
     spec = ComponentSpec("drafter", Target("tkcomp_mod", "Runner.step"), "self.drafter")
     components.install_probe(mod, spec, lambda n, i: seen.append(i))
     mod.Runner(mod.Other()).step(0)
-    assert seen[0]["covered"] is False and seen[0]["covered_by"] == []
+    assert seen[0]["covered"] is False
+    assert seen[0]["covered_by"] == []
     assert "NOT covered" in components.line("drafter", seen[0])
     components.install_probe(mod, spec, lambda n, i: seen.append(i))
     mod.Runner(None).step(0)
@@ -159,7 +160,9 @@ def test_not_found_names_the_missing_part_without_blaming_a_circular_import() ->
     assert runtime._not_found(pkg, "EagleSpeculator.propose") == (
         "package tkpkg has no attribute 'EagleSpeculator' in this release"
     )
-    assert runtime._not_found(pkg, "A.propose") == "class A has no attribute 'propose' in this release"
+    assert (
+        runtime._not_found(pkg, "A.propose") == "class A has no attribute 'propose' in this release"
+    )
 
 
 def test_inherited_target_is_reported_via_its_base(tmp_path: Path) -> None:
@@ -183,7 +186,5 @@ def test_inherited_target_is_reported_via_its_base(tmp_path: Path) -> None:
     gone = Site(Target("tkcomp_mod", "Missing.propose"), phase="draft")
     rt.patch_module([base, sub, gone], mod)
     assert rec.patched == ["tkcomp_mod:Base.propose", "tkcomp_mod:Ngram.propose"]
-    assert rec.process_info["via_base"] == {
-        "tkcomp_mod:Ngram.propose": "tkcomp_mod:Base.propose"
-    }
+    assert rec.process_info["via_base"] == {"tkcomp_mod:Ngram.propose": "tkcomp_mod:Base.propose"}
     assert "circular" not in rec.unresolved["tkcomp_mod:Missing.propose"]
