@@ -134,7 +134,11 @@ def tracekit_accept(cyc: pl.DataFrame, rank: int = 0) -> tuple[float | None, int
 
 def clean_exit(run: Run) -> None:
     assert run.rc == 0, f"exit code {run.rc}:\n{run.stderr[-3000:]}"
-    assert "Traceback (most recent call last)" not in run.stderr, run.stderr[-3000:]
+    # vLLM prints tracebacks of its own (an "Exception ignored in" a oneDNN handler's __del__
+    # under torch.compile): only one through tracekit's code fails the run
+    for tb in run.stderr.split("Traceback (most recent call last)")[1:]:
+        frames = re.findall(r'File "([^"]+)"', tb.split("\n\n")[0])
+        assert not any("/collectors/" in f or "/tracekit/" in f for f in frames), tb[:3000]
     assert "tracekit: recorder failed" not in run.stderr, run.stderr[-3000:]
     if run.run_dir is not None:
         manifest = json.loads((run.run_dir / "run.json").read_text())

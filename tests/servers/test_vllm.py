@@ -8,7 +8,7 @@ combination runs; the whole file must stay inside the CI budget):
 | test_offline[ngram-tp1]      | LLM          | ngram       | 1  | eager    | light | yes      |
 | test_offline[draft-tp2]      | LLM          | draft_model | 2  | eager    | light | yes      |
 | test_offline[eagle-tp2-c]    | LLM          | EAGLE       | 2  | compiled | light | no       |
-| test_offline[eagle-tp1-full] | LLM          | EAGLE       | 1  | eager    | full  | no       |
+| test_offline[eagle-tp2-full] | LLM          | EAGLE       | 2  | eager    | full  | no       |
 | test_api_server_sigint       | OpenAI API   | ngram       | 1  | eager    | light | no       |
 
 Each asserts: the phases recorded (draft, verify; allreduce inside verify on TP 2), the cycles
@@ -21,7 +21,6 @@ uninstrumented run gives the overhead figure (tokens/s of the timed `generate`).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -30,7 +29,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
 
 from tests.servers import harness as h
@@ -60,9 +58,9 @@ CONFIGS = {
         "mode": "light",
         "baseline": False,
     },
-    "eagle-tp1-full": {
+    "eagle-tp2-full": {
         "method": "eagle",
-        "tp": 1,
+        "tp": 2,
         "compiled": False,
         "mode": "full",
         "baseline": False,
@@ -127,17 +125,20 @@ def test_offline(config: str, tmp_path: Path) -> None:
     vllm_acc = h.vllm_accept(counters)
     tk_acc, verified = h.tracekit_accept(cyc)
 
-    allreduce_measured = summary.get("allreduce_measured", True)
-    if c["tp"] > 1 and not c["compiled"]:
+    if c["tp"] > 1 and c["mode"] == "light":
+        # vLLM's CPU build calls CpuCommunicator from the compiled graph too (a custom op, not
+        # traced into it), so the allreduce is measured with and without torch.compile
+        assert summary["allreduce_measured"] is True
         assert summary["phases"]["verify"]["allreduce_pct"] > 0, summary["phases"]["verify"]
-    if c["tp"] > 1 and c["compiled"] and c["mode"] == "light":
-        # the collectives run inside the compiled graph: not measured, and said so
-        assert allreduce_measured is False
-        assert "not measured" in run.stderr or "inside" in run.stderr
+        assert "allreduce is not measured" not in run.stderr
     if c["mode"] == "full" and c["tp"] > 1:
-        # full mode splits the communication ops out of the profiled cycles, compiled or not
+        # full mode splits the communication ops (`_C::shm_allreduce`, ...) out of the profiled
+        # cycles, from the profiler's ops, not from the wrappers
         bd = h.cli_json("breakdown", str(run.run_dir))
-        assert any((r.get("allreduce_ns") or 0) > 0 for r in bd), "no allreduce in full mode"
+        comm = [r for r in bd if (r.get("allreduce_ns") or 0) > 0]
+        assert comm, "no allreduce in full mode"
+        impls = {r["allreduce_impl"] for r in comm if r.get("allreduce_impl")}
+        assert any("vllm_cpu_shm" in i for i in impls), impls
 
     row: dict[str, Any] = {
         "config": config,
@@ -296,10 +297,9 @@ def test_api_server_sigint(tmp_path: Path) -> None:
     assert kept >= 0.99, f"{verified} of vLLM's {drafts:.0f} drafted cycles in the merged run"
     assert tk_acc is not None
     assert abs(tk_acc - (1 + accepted / drafts)) <= 0.02 * (1 + accepted / drafts)
-    # records counts are current in run.json: the ranks that recorded say how many
+    # record counts are kept current: run.json's per-process counts cover the merged rows
     recorded = [p for p in manifest["processes"]["instrumented"] if p["records"]]
     assert recorded, manifest["processes"]
-    rows = pl.concat([h.read_table(run_dir, "phases").select(pl.len())])  # type: ignore[attr-defined]
-    assert sum(p["records"] for p in recorded) >= int(rows.item())
+    phases = h.read_table(run_dir, "phases")
+    assert sum(p["records"] for p in recorded) >= phases.height
     assert all(t for t in texts)
-    assert os.path.isdir(run_dir)
