@@ -10,17 +10,20 @@ there is no GPU), allreduce sub-phases being the allreduce part; rows marked `ap
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
 import polars as pl
 from tracekit.analyzers import _load
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
+from tracekit.analyzers.cyclerule import no_cycle_message
 from tracekit.analyzers.graphs import GRAPH_LAUNCH
-from tracekit.analyzers.phases import RankPhases, iter_rank_phases
+from tracekit.analyzers.phases import RankPhases, _from_collector, iter_rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.analyzers.timeline import split
+
+from tracekit.errors import NoCyclesError
 
 BREAKDOWN_COLUMNS = [
     "rank",
@@ -59,8 +62,8 @@ def _top(rp: RankPhases) -> pl.DataFrame:
 
 def _window_start(rp: RankPhases) -> int:
     top = _top(rp)
-    starts = [rp.cycles["start_ns"].min(), top["start_ns"].min()]
-    return min(int(cast("int", v)) for v in starts if v is not None)
+    starts = [v for v in (rp.cycles["start_ns"].min(), top["start_ns"].min()) if v is not None]
+    return min(int(cast("int", v)) for v in starts) if starts else 0
 
 
 def _attribute_by_thread(launches: pl.DataFrame, top: pl.DataFrame) -> pl.DataFrame:
@@ -301,9 +304,11 @@ def rank_breakdown(
     intervals: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     """Breakdown rows (BREAKDOWN_COLUMNS) of one rank's top-level phase instances."""
+    top = _top(rp).select("inst", "rank", "cycle", "phase", "start_ns", "end_ns")
+    if top.height == 0:  # phases but no cycle on this rank: nothing to break down
+        return _empty_breakdown()
     ivals, extras = intervals or rank_intervals(run_dir, rp, table)
     parts = split(ivals, _window_start(rp))
-    top = _top(rp).select("inst", "rank", "cycle", "phase", "start_ns", "end_ns")
     accept = rp.cycles.select("cycle", "accept_len")
     zero = pl.lit(0, dtype=pl.Int64)
     busy = pl.col("forward_ns") + pl.col("allreduce_ns")
@@ -333,14 +338,40 @@ def rank_breakdown(
     return out.select(BREAKDOWN_COLUMNS).sort("start_ns")
 
 
+def _empty_breakdown() -> pl.DataFrame:
+    schema = {
+        "rank": pl.Int32,
+        "cycle": pl.Int64,
+        "phase": pl.String,
+        "graph_replayed": pl.Boolean,
+        "approximate": pl.Boolean,
+        "allreduce_impl": pl.String,
+        "accept_len": pl.Float64,
+        "graph_kernel_frac": pl.Float64,
+    }
+    return pl.DataFrame(schema={c: schema.get(c, pl.Int64) for c in BREAKDOWN_COLUMNS})
+
+
+RECORDED_COLUMNS = ["rank", "cycle", "time_ns", "wall_ns", "accept_len", "profiled"]
+
+
 @dataclass(frozen=True)
 class Analysis:
-    """The breakdown of a run and its cycles (see `cycle_frame`)."""
+    """The breakdown of a run and its cycles (see `cycle_frame`).
+
+    `cycles` are the cycles the breakdown covers (in full mode: the profiled window);
+    `recorded` is every cycle the run recorded (RECORDED_COLUMNS; in full mode from the
+    collector's own records, `profiled` marking the window), which cycle counts, times,
+    acceptance and the steady state come from. `instances` counts phase instances per name
+    (sub-phases included) and `cycle_rule` says how cycles were found, for runs without any.
+    """
 
     breakdown: pl.DataFrame
     cycles: pl.DataFrame
     unknown_comm: list[str]  # communication-looking names no implementation entry matched
     collectives: pl.DataFrame  # rank, cycle, phase, k (order in the instance), dur_ns
+    recorded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame())
+    instances: dict[str, int] = field(default_factory=dict)
 
 
 def analyze(
@@ -352,9 +383,14 @@ def analyze(
     run_dir = Path(run_dir)
     rule_table = rules if isinstance(rules, RuleTable) else load_rules(rules)
     table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
-    bds, cycs, comms = [], [], []
+    bds, cycs, comms, recs = [], [], [], []
     unknown: set[str] = set()
+    counts: dict[str, int] = {}
     for rp in iter_rank_phases(run_dir, rule_table):
+        for name, n in rp.instances.group_by("phase").len().iter_rows():
+            counts[name] = counts.get(name, 0) + int(n)
+        if _top(rp).height == 0:  # phases but no cycle on this rank
+            continue
         ivals = rank_intervals(run_dir, rp, table)
         unknown.update(
             ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String).to_list()
@@ -362,12 +398,51 @@ def analyze(
         comms.append(collective_rows(rp, ivals[0]))
         bd = rank_breakdown(run_dir, rp, table, ivals)
         bds.append(bd)
-        cycs.append(cycle_frame(bd, rp.cycles))
+        cyc = cycle_frame(bd, rp.cycles)
+        cycs.append(cyc)
+        recs.append(recorded_cycles(run_dir, rp, table, cyc))
+    if not bds:
+        raise NoCyclesError(no_cycle_message(run_dir, counts), instances=counts)
     return Analysis(
         breakdown=pl.concat(bds, how="vertical_relaxed").sort("rank", "cycle", "start_ns"),
         cycles=pl.concat(cycs, how="vertical_relaxed").sort("rank", "cycle"),
         unknown_comm=sorted(unknown),
         collectives=pl.concat(comms, how="vertical_relaxed"),
+        recorded=pl.concat(recs, how="vertical_relaxed").sort("rank", "cycle"),
+        instances=dict(sorted(counts.items())),
+    )
+
+
+def recorded_cycles(
+    run_dir: Path, rp: RankPhases, table: ImplTable, cycles: pl.DataFrame
+) -> pl.DataFrame:
+    """Every cycle the rank recorded (RECORDED_COLUMNS). A full-mode rank's trace covers only
+    the profiled window; its collector records (light-mode timing) cover every cycle."""
+    own = cycles.select(
+        "rank",
+        "cycle",
+        "time_ns",
+        "wall_ns",
+        "accept_len",
+        pl.lit(not rp.approximate).alias("profiled"),
+    )
+    if rp.approximate:
+        return own
+    records = _load.read_rank_table(run_dir, "phases", rp.rank)
+    if records is None or records.height == 0:
+        return own
+    light = _from_collector(records, _load.read_rank_table(run_dir, "cycles", rp.rank), rp.rank)
+    if _top(light).height == 0:
+        return own
+    all_cycles = cycle_frame(rank_breakdown(run_dir, light, table), light.cycles)
+    window = set(own["cycle"].to_list())
+    return all_cycles.select(
+        "rank",
+        "cycle",
+        "time_ns",
+        "wall_ns",
+        "accept_len",
+        pl.col("cycle").is_in(list(window)).alias("profiled"),
     )
 
 
@@ -403,8 +478,10 @@ def breakdown(
 
 
 def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, cycle) of one rank: wall_ns (sum of its phases), device_end_ns, and span_ns:
-    from the previous cycle's device end (first cycle: its CPU start) to its own device end."""
+    """Per (rank, cycle) of one rank: wall_ns (sum of its phases), device_end_ns, span_ns:
+    from the previous cycle's device end (first cycle: its CPU start) to its own device end,
+    and time_ns: span_ns less the gap between cycles (from the later of the previous cycle's
+    CPU end and device end to this cycle's CPU start), the cycle time of docs/DEFINITIONS.md."""
     per = bd.group_by("rank", "cycle").agg(
         pl.col("wall_ns").sum(),
         pl.col("device_end_ns").max(),
@@ -412,12 +489,24 @@ def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("phases"),
     )
     cyc = (
-        cycles.select("rank", "cycle", pl.col("start_ns").alias("cpu_start_ns"), "accept_len")
+        cycles.select(
+            "rank",
+            "cycle",
+            pl.col("start_ns").alias("cpu_start_ns"),
+            pl.col("end_ns").alias("_cpu_end"),
+            "accept_len",
+        )
         .unique(["rank", "cycle"], keep="first")
         .join(per, on=["rank", "cycle"], how="inner")
         .sort("cycle")
     )
     prev = pl.col("device_end_ns").shift(1)
+    span = pl.col("device_end_ns") - prev.fill_null(pl.col("cpu_start_ns"))
+    # between cycles: the host ran no cycle and the device had no cycle's work (a new
+    # request's prefill, the scheduler, a profiler starting): part of no cycle's time
+    gap = pl.col("cpu_start_ns") - pl.max_horizontal(prev, pl.col("_cpu_end").shift(1))
     return cyc.with_columns(
-        (pl.col("device_end_ns") - prev.fill_null(pl.col("cpu_start_ns"))).alias("span_ns")
-    )
+        span.alias("span_ns"),
+        # the cycle time of summary, breakeven and the steady state (docs/DEFINITIONS.md)
+        (span - gap.clip(lower_bound=0).fill_null(0)).fill_null(0).alias("time_ns"),
+    ).drop("_cpu_end")

@@ -1,7 +1,9 @@
 """Break-even acceptance length: how many tokens a cycle must emit to beat plain decoding.
 
-break-even acceptance length = cycle time / baseline decode step time;
-speedup = acceptance length x baseline step / cycle time.
+break-even acceptance length = mean cycle time / mean baseline decode step time;
+speedup = acceptance length x baseline step / cycle time, the times and the acceptance length
+being totals over the steady-state cycles of each run (total time / cycles, total tokens /
+cycles), so the speedup is the ratio of the two runs' tokens/s.
 A 12.2 ms baseline step and a 30 ms cycle need 30 / 12.2 = 2.46 tokens a cycle.
 """
 
@@ -10,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 from tracekit.analyzers.breakdown import analyze
+from tracekit.analyzers.steady import CycleChoice, decide
+from tracekit.analyzers.summary import cycle_totals
 
 from tracekit.errors import InputError
 
@@ -59,20 +62,15 @@ def breakeven(
     return out
 
 
-def median_cycle_ms(run_dir: Path) -> tuple[float, float | None]:
-    """(median cycle wall time in ms over all ranks and cycles, mean acceptance length)."""
-    cyc = analyze(run_dir).cycles
-    med = cyc["wall_ns"].median()
-    if med is None or not float(med) > 0:
+def run_cycles(run_dir: Path, choice: CycleChoice | None = None) -> dict[str, Any]:
+    """A run's steady-state cycle figures (summary.cycle_totals) and its steady state."""
+    recorded = analyze(run_dir).recorded
+    steady = decide(recorded, choice)
+    totals = cycle_totals(steady.keep(recorded))
+    if not (totals["cycle_ms_mean"] or 0) > 0:
         msg = f"{run_dir}: no cycle with device time; is this a run directory with phases?"
         raise InputError(msg)
-    accept = (
-        cyc.filter(pl.col("accept_len").is_not_null())
-        .group_by("cycle")
-        .agg(pl.col("accept_len").first())["accept_len"]
-        .mean()
-    )
-    return float(med) / NS_PER_MS, None if accept is None else float(accept)
+    return {**totals, "steady": steady.to_json()}
 
 
 def breakeven_runs(
@@ -81,15 +79,31 @@ def breakeven_runs(
     *,
     accept_len: float | None = None,
     verify_faster_ms: float | None = None,
+    choice: CycleChoice | None = None,
 ) -> dict[str, Any]:
-    """Baseline step = the baseline run's median cycle (one decode step a cycle); cycle = the
-    speculative run's median cycle; acceptance length from the speculative run's cycles unless
-    given."""
-    baseline_ms, _ = median_cycle_ms(baseline)
-    cycle_ms, run_accept = median_cycle_ms(spec)
-    return breakeven(
-        baseline_ms=baseline_ms,
-        cycle_ms=cycle_ms,
-        accept_len=accept_len if accept_len is not None else run_accept,
+    """From totals over each run's steady state (docs/DEFINITIONS.md, "Throughput"):
+    baseline step = the baseline run's mean cycle (one decode step a cycle), cycle = the
+    speculative run's mean cycle, acceptance length = its tokens / cycles unless given. The
+    medians and p90s are descriptive (`*_p50`, `*_p90`)."""
+    base = run_cycles(baseline, choice)
+    run = run_cycles(spec, choice)
+    out = breakeven(
+        baseline_ms=base["cycle_ms_mean"],
+        cycle_ms=run["cycle_ms_mean"],
+        accept_len=accept_len if accept_len is not None else run["accept_len_mean"],
         verify_faster_ms=verify_faster_ms,
     )
+    out.update(
+        {
+            "baseline_ms_p50": base["cycle_ms_p50"],
+            "baseline_ms_p90": base["cycle_ms_p90"],
+            "cycle_ms_p50": run["cycle_ms_p50"],
+            "cycle_ms_p90": run["cycle_ms_p90"],
+            "baseline_cycles": base["cycles"],
+            "spec_cycles": run["cycles"],
+            "baseline_tokens_per_s": base["tokens_per_s"] or 1000.0 / base["cycle_ms_mean"],
+            "spec_tokens_per_s": run["tokens_per_s"],
+            "steady": {"baseline": base["steady"], "spec": run["steady"]},
+        }
+    )
+    return out

@@ -1,6 +1,7 @@
 """What changed between two runs, biggest significant change first.
 
-Per phase: the median wall time of its instances (all ranks and cycles) in run A and run B, the
+Per phase: the median wall time of its instances (all ranks, each run's steady-state cycles:
+analyzers/steady.py) in run A and run B, the
 change, a bootstrap 95% interval of the change (resampling each run's instances with
 replacement, fixed seed, so the same two runs always give the same interval), a significance
 flag (the interval excludes 0), the change of the forward / allreduce / overhead medians, the
@@ -18,6 +19,7 @@ from typing import Any
 import polars as pl
 from tracekit.analyzers.breakdown import analyze
 from tracekit.analyzers.rules import RuleTable, load_rules
+from tracekit.analyzers.steady import CycleChoice, decide
 
 from tracekit.errors import InputError
 from tracekit.store.reader import has_table, scan_table
@@ -344,11 +346,19 @@ def diff_runs(
     impl_table: Path | None = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    choice: CycleChoice | None = None,
 ) -> dict[str, Any]:
-    """DESIGN's diff fields (`phases`, `manifest`) plus `headline` (list of sentences)."""
+    """DESIGN's diff fields (`phases`, `manifest`) plus `headline` (list of sentences) and
+    `steady` (each run's steady state): the phases compare each run's steady-state cycles."""
     table = rules if isinstance(rules, RuleTable) else load_rules(rules)
-    a = analyze(run_a, rules=table, impl_table=impl_table).breakdown
-    b = analyze(run_b, rules=table, impl_table=impl_table).breakdown
+    an_a = analyze(run_a, rules=table, impl_table=impl_table)
+    an_b = analyze(run_b, rules=table, impl_table=impl_table)
+    st_a, st_b = decide(an_a.recorded, choice), decide(an_b.recorded, choice)
+    a, b = st_a.keep(an_a.breakdown), st_b.keep(an_b.breakdown)
+    if a.height == 0:  # full mode: the profiled window lies outside the steady state
+        a = an_a.breakdown
+    if b.height == 0:
+        b = an_b.breakdown
     world_a, world_b = a["rank"].n_unique(), b["rank"].n_unique()
     if world_a != world_b:
         msg = (
@@ -362,11 +372,14 @@ def diff_runs(
     manifest = manifest_changes(Path(run_a), Path(run_b), read)
     env_known = bool(read[0]["env"]) and bool(read[1]["env"])
     command = command_change(Path(run_a), Path(run_b), read)
+    lines = headline(phases, manifest, env_known=env_known, command=command)
+    lines += [f"{w}: {st.note}." for w, st in (("A", st_a), ("B", st_b)) if st.note]
     return {
         "a": str(run_a),
         "b": str(run_b),
         "ranks": world_a,
-        "headline": headline(phases, manifest, env_known=env_known, command=command),
+        "headline": lines,
+        "steady": {"a": st_a.to_json(), "b": st_b.to_json()},
         "phases": phases,
         "manifest": manifest,
         "command": command,

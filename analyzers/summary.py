@@ -9,6 +9,7 @@ import polars as pl
 from tracekit.analyzers.breakdown import Analysis, analyze
 from tracekit.analyzers.rules import RuleTable
 from tracekit.analyzers.skew import phase_skew, skew_from
+from tracekit.analyzers.steady import CycleChoice, decide
 
 NS_PER_MS = 1_000_000
 
@@ -60,42 +61,89 @@ NOT_MEASURED = (
 
 def allreduce_measured(bd: pl.DataFrame, collectives: pl.DataFrame) -> bool:
     """False when a multi-rank run shows no communication at all: its collectives were
-    invisible to the collectors (DEFINITIONS.md "allreduce not measured"). A single rank has
-    nothing to communicate: 0 is then a measurement."""
+    invisible to the collectors (DEFINITIONS.md "Summary"). A single rank has nothing to
+    communicate: 0 is then a measurement."""
     if bd.height == 0 or bd["rank"].n_unique() < 2:
         return True
     return int(bd["allreduce_ns"].sum()) > 0 or collectives.height > 0
 
 
-def summary_from(analysis: Analysis) -> dict[str, Any]:
-    bd, cyc = analysis.breakdown, analysis.cycles
-    measured = allreduce_measured(bd, analysis.collectives)
-    wall_ms = cyc["wall_ns"].cast(pl.Float64) / NS_PER_MS
-    per_cycle_accept = (
-        cyc.filter(pl.col("accept_len").is_not_null())
+def cycle_totals(recorded: pl.DataFrame) -> dict[str, Any]:
+    """Cycle count, times and throughput of a run's (steady) recorded cycles, from totals.
+
+    A cycle's time is the mean over ranks of its `time_ns`; cycle_ms_mean = total time /
+    cycles; accept_len_mean = total tokens / cycles with a count; tokens_per_s = total tokens /
+    total time of those cycles (so means, not medians: docs/DEFINITIONS.md, "Throughput").
+    p50/p90 describe the spread.
+    """
+    per = (
+        recorded.filter(pl.col("cycle") >= 0)
         .group_by("cycle")
-        .agg(pl.col("accept_len").first())
+        .agg(
+            pl.col("time_ns").cast(pl.Float64).mean(),
+            pl.col("accept_len").drop_nulls().first(),
+        )
+        .sort("cycle")
     )
-    accept = _f(per_cycle_accept["accept_len"].mean()) if per_cycle_accept.height else None
-    mean_ms = _f(wall_ms.mean())
-    tokens_per_s = accept * 1000.0 / mean_ms if accept is not None and mean_ms else None
+    t_ms = per["time_ns"] / NS_PER_MS
+    counted = per.filter(pl.col("accept_len").is_not_null())
+    tokens = float(counted["accept_len"].sum()) if counted.height else None
+    counted_s = float(counted["time_ns"].sum()) / 1e9 if counted.height else 0.0
+    return {
+        "cycles": per.height,
+        "cycle_ms_p50": _f(t_ms.median()),
+        "cycle_ms_p90": _f(t_ms.quantile(0.9, interpolation="linear")),
+        "cycle_ms_mean": _f(t_ms.mean()),
+        "accept_len_mean": None if tokens is None else tokens / counted.height,
+        "tokens": tokens,
+        "tokens_per_s": tokens / counted_s if tokens is not None and counted_s > 0 else None,
+    }
+
+
+def _profiled(analysis: Analysis) -> list[int] | None:
+    rec = analysis.recorded
+    if rec.height == 0 or bool(rec["profiled"].all()) or not bool(rec["profiled"].any()):
+        return None
+    cycles = sorted(set(rec.filter(pl.col("profiled"))["cycle"].to_list()))
+    return [cycles[0], cycles[-1]]
+
+
+def summary_from(analysis: Analysis, choice: CycleChoice | None = None) -> dict[str, Any]:
+    """DESIGN's summary of an analysis, over the steady-state cycles (or `choice`)."""
+    steady = decide(analysis.recorded, choice)
+    totals = cycle_totals(steady.keep(analysis.recorded))
+    bd = steady.keep(analysis.breakdown)
+    profiled = _profiled(analysis)
+    shares_note = None
+    if bd.height == 0:  # the profiled window lies outside the steady state: use it anyway
+        bd = analysis.breakdown
+        shares_note = "the profiled cycles lie outside the steady state; shares from them"
+    coll = steady.keep(analysis.collectives)
+    measured = allreduce_measured(analysis.breakdown, analysis.collectives)
     phases = phase_stats(bd)
     if not measured:
         for p in phases.values():
             p["allreduce_pct"] = None
     return {
-        "ranks": bd["rank"].n_unique(),
-        "cycles": cyc["cycle"].n_unique(),
-        "cycle_ms_p50": _f(wall_ms.median()),
-        "cycle_ms_mean": mean_ms,
-        "accept_len_mean": accept,
-        "tokens_per_s": tokens_per_s,
+        "ranks": analysis.breakdown["rank"].n_unique(),
+        "cycles": analysis.recorded.filter(pl.col("cycle") >= 0)["cycle"].n_unique(),
+        "cycle_ms_p50": totals["cycle_ms_p50"],
+        "cycle_ms_mean": totals["cycle_ms_mean"],
+        "cycle_ms_p90": totals["cycle_ms_p90"],
+        "accept_len_mean": totals["accept_len_mean"],
+        "tokens": totals["tokens"],
+        "tokens_per_s": totals["tokens_per_s"],
+        **steady.to_json(),
+        "profiled_cycles": profiled,
+        "shares_note": shares_note,
         "approximate": bool(bd["approximate"].any()),
         "phases": phases,
         "allreduce_measured": measured,
-        "allreduce_note": None if measured else NOT_MEASURED.format(ranks=bd["rank"].n_unique()),
+        "allreduce_note": None
+        if measured
+        else NOT_MEASURED.format(ranks=analysis.breakdown["rank"].n_unique()),
         "unknown_comm_kernels": analysis.unknown_comm,
-        "skew": phase_skew(skew_from(bd, analysis.collectives)),
+        "skew": phase_skew(skew_from(bd, coll)),
     }
 
 
@@ -104,6 +152,7 @@ def summarize(
     *,
     rules: Path | RuleTable | None = None,
     impl_table: Path | None = None,
+    choice: CycleChoice | None = None,
 ) -> dict[str, Any]:
-    """DESIGN's summary fields (plus `cycle_ms_mean` and `approximate`) of a run directory."""
-    return summary_from(analyze(run_dir, rules=rules, impl_table=impl_table))
+    """DESIGN's summary fields (plus `cycle_ms_mean`, the steady state and `approximate`)."""
+    return summary_from(analyze(run_dir, rules=rules, impl_table=impl_table), choice)

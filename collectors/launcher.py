@@ -33,7 +33,7 @@ from typing import Any
 
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors import runtime as rt
-from tracekit.collectors.recorder import PROCESS_FILE
+from tracekit.collectors.recorder import EXIT_DEADLINE_S, PROCESS_FILE
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.resolve import FOUND, UNKNOWN, installed_module_file, resolve_all
 
@@ -155,10 +155,10 @@ class ProcessWatcher:
             self.scan()
             self._stop.wait(self.period)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=2)
+            self._thread.join(timeout=max(0.0, timeout))
 
 
 def _warn(msg: str) -> None:
@@ -196,9 +196,19 @@ def build_env(
     env[rt.ENV_FLUSH_SECONDS] = str(opts.flush_seconds)
     if opts.profile_cycles:
         env[rt.ENV_PROFILE_CYCLES] = opts.profile_cycles
-    env.pop(rt.ENV_DISABLE, None)
+    # TRACEKIT_DISABLE passes through: `TRACEKIT_DISABLE=1 tracekit launch ...` runs the tree
+    # launched (bootstrap on PYTHONPATH, NVML sampled) but not recorded, the launcher's own cost.
     env.update(opts.extra_env)
     return env
+
+
+def _exit_deadline() -> float:
+    text: str = os.environ.get(rt.ENV_EXIT_DEADLINE, "")
+    try:
+        value = float(text) if text else float(EXIT_DEADLINE_S)
+        return max(0.0, value)
+    except ValueError:
+        return float(EXIT_DEADLINE_S)
 
 
 def _read_processes(raw: Path) -> dict[int, dict[str, Any]]:
@@ -337,8 +347,10 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
-        watcher.stop()
-        sampler.stop()
+        # one deadline for the launcher's own threads too
+        until = time.monotonic() + _exit_deadline()
+        watcher.stop(timeout=until - time.monotonic())
+        sampler.stop(timeout=until - time.monotonic())
 
     exit_code = rc if rc >= 0 else 128 - rc
     procs = _read_processes(layout.raw)
@@ -390,7 +402,13 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     new_unresolved = [t for t in unresolved_run if t not in {u for u, _ in unresolved}]
     if new_unresolved:
         warn(f"targets that did not resolve in the program: {', '.join(sorted(new_unresolved))}")
-    if not patched and never:
+    disabled = os.environ.get(rt.ENV_DISABLE, "") not in ("", "0")
+    if disabled:
+        warn(
+            f"{rt.ENV_DISABLE} is set, so the command ran launched but not recorded (the "
+            "launcher's own cost); unset it to record"
+        )
+    elif not patched and never:
         modules = sorted({t.split(":")[0] for t in never})
         warn(
             f"nothing was recorded: the program never imported the modules of adapter "

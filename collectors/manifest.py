@@ -56,7 +56,11 @@ def filtered_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-def _torch_sections() -> tuple[dict[str, str], dict[str, str]]:
+def _torch_sections(
+    device_index: int | None = None, *, with_device: bool = True
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Versions and the device; `device_index` is the process's CUDA device when known (read on
+    the program's own thread: another thread's current device is its own, not the rank's)."""
     versions: dict[str, str] = {}
     device: dict[str, str] = {}
     torch = sys.modules.get("torch")
@@ -73,12 +77,12 @@ def _torch_sections() -> tuple[dict[str, str], dict[str, str]]:
     except Exception:
         pass
     try:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if with_device and torch.cuda.is_available() and torch.cuda.is_initialized():
             nccl = torch.cuda.nccl.version()
             versions["nccl"] = (
                 ".".join(str(x) for x in nccl) if isinstance(nccl, tuple) else str(nccl)
             )
-            idx = torch.cuda.current_device()
+            idx = torch.cuda.current_device() if device_index is None else device_index
             props = torch.cuda.get_device_properties(idx)
             device["index"] = str(idx)
             device["name"] = str(props.name)
@@ -155,10 +159,17 @@ def package_info(package: str | None) -> dict[str, str]:
 
 
 def collect(
-    *, package: str | None = None, rank_info: dict[str, Any] | None = None
+    *,
+    package: str | None = None,
+    rank_info: dict[str, Any] | None = None,
+    with_device: bool = True,
 ) -> dict[str, dict[str, str]]:
+    """`with_device=False`: no device section unless `rank_info` names the CUDA device (the
+    caller is a thread of tracekit's, whose current device is not the rank's)."""
     rank_info = rank_info or {}
-    versions, device = _torch_sections()
+    dev = rank_info.get("cuda_device")
+    known = dev if isinstance(dev, int) else None
+    versions, device = _torch_sections(known, with_device=with_device or known is not None)
     versions["python"] = platform.python_version()
     versions["tracekit"] = __version__
     process = {

@@ -190,12 +190,13 @@ class NvmlSampler:
             return False
         return True
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop sampling; the sampler thread is waited for at most `timeout` seconds."""
         if not self.available:
             return
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=max(0.0, timeout))
         self._safe_flush(final=True)
         self._fd = -1
         try:

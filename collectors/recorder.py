@@ -6,9 +6,22 @@ tool is attached, where `nvtx` only hands out a do-nothing domain), CPU start/en
 phases, resolved later with `Event.query()` (no synchronisation added; one `synchronize` at the
 first CUDA phase calibrates the GPU clock against `time.time_ns`, and one at exit resolves what
 is left). Records are buffered and appended to `raw/pid-<pid>/records.arrow` (Arrow IPC stream
-format, one `os.write` a flush) every `flush_records` records or `flush_seconds` seconds, at
-outermost exits only, and at process exit. A process killed with SIGKILL loses at most what was
-buffered since the last flush; the stream stays readable up to the last complete batch.
+format, one `os.write` a flush) every `flush_records` records or `flush_seconds` seconds at
+outermost exits, by a daemon timer thread (`tracekit-flush`) once `flush_seconds` passed without
+a flush (a server idle between requests, or stopped between cycles), on SIGTERM / SIGINT
+(runtime), and at process exit. A process killed with SIGKILL loses at most the last flush
+interval; the stream stays readable up to the last complete batch. A flush from the program's
+own threads never waits for the lock (another thread flushing: it returns at once); the timer
+thread and the exit wait for it within bounds. `process.json` is rewritten at each flush that
+wrote records, so its record count is the count on disk.
+
+Exit (`close`): every wait is bounded by one deadline, `exit_deadline_s` from its start
+(`TRACEKIT_EXIT_DEADLINE_S`, default 3 s): the final flush (with its polled CUDA-event wait)
+runs in a daemon thread joined until the deadline, the torch.profiler window is closed only when
+the device finished its work, and the torch.distributed / manifest update runs after the records
+are on disk, in a daemon thread too. Whatever the backend's teardown does (a destroyed process
+group, a watchdog stuck on a peer, a device that never completes), the process leaves within the
+deadline with the records written before it.
 
 The hot path (budget 2 µs of CPU a call; docs/BENCHMARKS.md) is `sync_call`, the body of a
 phase site's sync wrapper with `enter` and `exit` inlined: it keeps one packed row of bytes a
@@ -74,10 +87,11 @@ SITES_FILE = "sites.json"
 PROCESS_FILE = "process.json"
 MANIFEST_FILE = "manifest.json"
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-# At exit the last phases' CUDA events are waited for, but never longer than this in all: a
-# device stuck on a peer that is gone (a collective whose other ranks exited) must not keep the
-# server's process from exiting. Phases left unresolved keep their CPU times.
-EXIT_GPU_WAIT_S = 2.0
+# One deadline for everything the exit waits on (the last phases' CUDA events, the final flush,
+# the backend's rank query): a device stuck on a peer that is gone (a collective whose other
+# ranks exited) must not keep the server's process from exiting. Phases left unresolved keep
+# their CPU times.
+EXIT_DEADLINE_S = 3.0
 
 
 @functools.cache
@@ -123,6 +137,8 @@ class RecorderConfig:
     mode: str = "light"
     package: str | None = None
     via: str = "sitecustomize"
+    exit_deadline_s: float = EXIT_DEADLINE_S
+    flush_thread: bool = False  # a daemon thread flushes every flush_seconds (runtime sets it)
 
 
 def _as_accept_len(value: object) -> float | None:
@@ -238,6 +254,18 @@ class Recorder:
         self.unresolved: dict[str, str] = {}
         self.process_info: dict[str, Any] = {}
         self.finished = False
+        # lifecycle: the timer thread, who is inside flush, the exit's threads and deadline
+        self._timer: threading.Thread | None = None
+        self._timer_stop = threading.Event()
+        self._flush_owner = 0  # threading.get_ident() of the thread inside flush, 0 if none
+        self._process_records = -1  # rows on disk when process.json was last written
+        self._fork_locked = False
+        self._exit_thread: threading.Thread | None = None
+        self._exit_until = 0.0
+        self._exit_step = ""
+        self._cuda_dev: int | None = None
+        self.deferred_signal = 0  # a signal that arrived inside a flush on its thread
+        self.on_deferred_signal: Callable[[int], None] | None = None
 
     @property
     def records(self) -> int:
@@ -370,6 +398,7 @@ class Recorder:
             prof = self.profile
             ccode = -1
             rf = rfc = None
+            qualified = False
             if info[1] and not ts.in_cycle:  # a cycle-target call starts a cycle
                 ts.in_cycle = True
                 ccode = self._cycle_codes.get(id(site), -1)
@@ -377,7 +406,7 @@ class Recorder:
                     ccode = self._new_code(site, "cycle")
                 self.cycle += 1
                 if prof is not None:
-                    prof.cycle_start(self.cycle, None)  # starts the window, opens no range
+                    prof.cycle_start(self.cycle, target=True)  # counts; opens no range
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[ccode])
             stack = ts.stack
@@ -389,18 +418,22 @@ class Recorder:
                 elif info[2] and not ts.in_cycle:  # the map's `starts_with` phase
                     self.cycle += 1
                     if prof is not None:
-                        prof.cycle_start(self.cycle, None)
+                        prof.cycle_start(self.cycle)
                 stack.append(code)
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[code])
+                if prof is not None:
+                    qualified = prof.phase_start(site.phase, self.cycle)
             seq = self._next_seq()
             ev = self._gpu_mark() if cuda_on and depth == 0 else None
             start = _time_ns()
             if prof is not None and prof.active:
                 # Inside the recorded [start, end]: a profiler range never starts before its
                 # record (nor ends after it), so the cycle the record is in holds it too.
-                if ccode >= 0:
+                if ccode >= 0 and prof.marks_cycle_at_start:
                     rfc = prof.range("tracekit/cycle")
+                if qualified:  # `require` made this step a cycle: its range opens here
+                    prof.open_cycle_range()
                 if code >= 0:
                     rf = prof.range(f"tracekit/{site.phase}")
             return (
@@ -423,6 +456,8 @@ class Recorder:
             return
         try:
             info, code, cycle, depth, parent, ts, seq, rep0, ev, ccode, rf, rfc, start = fr
+            if ccode >= 0 and rfc is None and self.profile is not None:
+                rfc = self.profile.take_cycle_range(cycle)
             if rf is not None or rfc is not None:  # full mode: close the ranges, then stamp
                 if rf is not None:
                     self.profile.range_exit(rf)  # type: ignore[union-attr]
@@ -457,7 +492,7 @@ class Recorder:
                 if ev is not None:
                     self._gpu_pending.append((cseq, ev, ev_end))
                 if self.profile is not None:
-                    self.profile.cycle_end(cycle, rfc)
+                    self.profile.cycle_end(cycle)
             # Flush between cycles (not inside one, where it would add to the cycle's time),
             # unless the buffer keeps growing inside a very long cycle.
             if depth == 0:
@@ -637,18 +672,24 @@ class Recorder:
             ref.record()
             ref.synchronize()
             self._gpu_ref = (ref, time.time_ns())
+            self._cuda_dev = self._cuda_device()  # the rank's device, read on its own thread
         pool = self._event_pool
         ev = pool.pop() if pool else cuda.Event(enable_timing=True)
         ev.record()
         return ev
 
-    def _resolve_gpu(self, *, wait: bool) -> None:
-        if not self._gpu_pending or self._gpu_ref is None:
+    def _resolve_gpu(self, *, wait: bool, until: float | None = None) -> None:
+        """Resolve the pending events that completed; with `wait`, poll for the others until
+        `until` (monotonic; default: the exit deadline from now). The pending list is changed in
+        place: other threads append to it meanwhile."""
+        pending = self._gpu_pending
+        if not pending or self._gpu_ref is None:
             return
         ref, ref_ns = self._gpu_ref
         keep: list[tuple[int, Any, Any]] = []
-        deadline = time.monotonic() + EXIT_GPU_WAIT_S
-        for seq, ev0, ev1 in self._gpu_pending:
+        deadline = time.monotonic() + self.config.exit_deadline_s if until is None else until
+        n = len(pending)
+        for seq, ev0, ev1 in pending[:n]:
             done = ev1.query()
             while wait and not done and time.monotonic() < deadline:
                 time.sleep(0.0005)  # polled, not synchronize(): bounded, never hangs the exit
@@ -662,7 +703,8 @@ class Recorder:
             )
             self._event_pool.append(ev0)
             self._event_pool.append(ev1)
-        self._gpu_pending = keep
+        del pending[:n]
+        pending[0:0] = keep
 
     # -- output ----------------------------------------------------------------------------
     def _open(self) -> None:
@@ -673,6 +715,46 @@ class Recorder:
         path = self.dir / RECORDS_FILE
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         os.write(self._fd, self._schema.serialize().to_pybytes())
+        self._start_timer()
+
+    # -- timer flush -----------------------------------------------------------------------
+    def _start_timer(self) -> None:
+        """The daemon thread that flushes once `flush_seconds` passed without a flush."""
+        if not self.config.flush_thread or self.finished:
+            return
+        if self._timer is not None and self._timer.is_alive():
+            return
+        self._timer_stop = stop = threading.Event()
+        t = threading.Thread(
+            target=self._timer_loop, args=(stop,), name="tracekit-flush", daemon=True
+        )
+        t.start()
+        self._timer = t
+
+    def _timer_loop(self, stop: threading.Event) -> None:
+        period = max(0.01, self.config.flush_seconds)
+        period_ns = int(period * 1e9)
+        pid = self.pid
+        while True:
+            due = (self._last_flush + period_ns - time.time_ns()) / 1e9
+            if stop.wait(max(due, period / 20)):
+                return
+            if not self.active or self.finished or os.getpid() != pid:
+                return
+            if time.time_ns() - self._last_flush < period_ns:
+                continue  # the program's threads flushed meanwhile
+            if self._rows or self._gpu_pending or self._process_records != self._rows_written:
+                self.flush(timer=True, until=time.monotonic() + period)
+            else:
+                self._last_flush = time.time_ns()  # nothing to write: sleep a whole period
+
+    def _owns_lock(self) -> bool:
+        owned = getattr(self._lock, "_is_owned", None)
+        return bool(owned()) if owned is not None else False
+
+    def flushing_here(self) -> bool:
+        """True when this thread is inside `flush` (a signal handler interrupted it)."""
+        return self._flush_owner == threading.get_ident()
 
     def _batch(self, rows: Any) -> bytes:
         """One Arrow IPC record batch of `rows` (a numpy array of the _ROW layout)."""
@@ -715,33 +797,88 @@ class Recorder:
         del buf[:size]
         return rows
 
-    def flush(self, *, final: bool = False) -> None:
-        """Write buffered records whose GPU times are known (all of them when `final`)."""
-        with self._lock, self._internal():
-            try:
-                self._last_flush = time.time_ns()
-                self._resolve_gpu(wait=final)
-                ready = self._take_rows(final=final)
-                if self._fd is None:
-                    self._open()
-                if len(self._sites) > self._sites_written:
-                    _write_json(self.dir / SITES_FILE, {"sites": self._sites})
-                    self._sites_written = len(self._sites)
-                if len(ready):
-                    os.write(self._fd, self._batch(ready))  # type: ignore[arg-type]
-                    self.flushes += 1
-                    self._rows_written += len(ready)
-                if final:
-                    os.write(self._fd, _EOS)  # type: ignore[arg-type]
-                    os.close(self._fd)  # type: ignore[arg-type]
-                    self._fd = -1
-                self._update_rank()
-                if not self._manifest_written or final:
-                    self._write_manifest()
-            except Exception as exc:
-                self.fail("flush", exc)
+    def flush(
+        self, *, final: bool = False, timer: bool = False, until: float | None = None
+    ) -> bool:
+        """Write buffered records whose GPU times are known (all of them when `final`).
 
-    def _update_rank(self) -> None:
+        Without `until` (the program's threads) it never waits: when another thread is
+        flushing it returns False at once. With `until` (monotonic) it waits for the lock, and
+        `final` polls the CUDA events, until then. `timer`: called from the timer thread, which
+        leaves the rank and manifest update (torch.distributed and CUDA state are the program's
+        threads') to the others. Never re-entered from a signal handler on its own thread."""
+        lock = self._lock
+        if until is None:
+            got = lock.acquire(blocking=False)
+        else:
+            got = lock.acquire(timeout=max(0.0, until - time.monotonic()))
+        if not got:
+            return False
+        me = threading.get_ident()
+        if self._flush_owner == me:
+            lock.release()
+            return False
+        self._flush_owner = me
+        try:
+            with self._internal():
+                self._flush_locked(final=final, until=until)
+        finally:
+            self._flush_owner = 0
+            lock.release()
+        if not final and self.active:
+            self._after_flush(timer=timer)
+        sig = self.deferred_signal
+        deliver = self.on_deferred_signal
+        if sig and deliver is not None and threading.current_thread() is threading.main_thread():
+            self.deferred_signal = 0
+            deliver(sig)
+        return True
+
+    def _after_flush(self, *, timer: bool) -> None:
+        """Rank (torch.distributed) and manifest, outside the lock: a backend call that blocks
+        (a process group in teardown) must never hold up a flush or the exit."""
+        try:
+            with self._internal():
+                self._update_rank(cuda_device=None if timer else self._cuda_device())
+                if not self._manifest_written:
+                    self._write_manifest(with_device=not timer)
+        except Exception as exc:
+            self.fail("flush", exc)
+
+    def _flush_locked(self, *, final: bool, until: float | None) -> None:
+        try:
+            self._last_flush = time.time_ns()
+            self._resolve_gpu(wait=final, until=until)
+            ready = self._take_rows(final=final)
+            if self._fd is None:
+                self._open()
+            if len(self._sites) > self._sites_written:
+                _write_json(self.dir / SITES_FILE, {"sites": self._sites})
+                self._sites_written = len(self._sites)
+            if len(ready):
+                os.write(self._fd, self._batch(ready))  # type: ignore[arg-type]
+                self.flushes += 1
+                self._rows_written += len(ready)
+            if final:
+                os.write(self._fd, _EOS)  # type: ignore[arg-type]
+                os.close(self._fd)  # type: ignore[arg-type]
+                self._fd = -1
+            if final or self._process_records != self._rows_written:
+                self._write_process()
+        except Exception as exc:
+            self.fail("flush", exc)
+
+    def _cuda_device(self) -> int | None:
+        """This thread's CUDA device (the rank's, on the program's threads), if CUDA is on."""
+        cuda = self._cuda
+        try:
+            if cuda is not None and cuda._initialized:
+                return int(cuda.current_device())
+        except Exception:
+            pass
+        return None
+
+    def _update_rank(self, *, cuda_device: int | None = None) -> None:
         info: dict[str, Any] = {}
         for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
             val = os.environ.get(key)
@@ -757,21 +894,21 @@ class Recorder:
             pass
         # Sticky: a process group destroyed before exit does not make the rank unknown.
         info = {**self._rank_info, **info}
-        cuda = self._cuda
-        try:
-            if cuda is not None and cuda._initialized:
-                info["cuda_device"] = cuda.current_device()
-        except Exception:
-            pass
+        if cuda_device is None:
+            cuda_device = self._cuda_dev
+        if cuda_device is not None:
+            info["cuda_device"] = cuda_device
         if info != self._rank_info:
             self._rank_info = info
             self._manifest_written = False
             self._write_process()
 
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, *, with_device: bool = True) -> None:
         from tracekit.collectors import manifest
 
-        data = manifest.collect(package=self.config.package, rank_info=self._rank_info)
+        data = manifest.collect(
+            package=self.config.package, rank_info=self._rank_info, with_device=with_device
+        )
         _write_json(self.dir / MANIFEST_FILE, data)
         self._manifest_written = True
 
@@ -792,10 +929,12 @@ class Recorder:
     def _write_process(self, **extra: Any) -> None:
         with self._internal():
             data = dict(self.process_info)
+            written = self._rows_written
             data.update(
                 pid=self.pid,
                 rank_info=self._rank_info,
-                records=self.records,
+                records=written,  # on disk; `buffered`: recorded, not written yet
+                buffered=self.records - written,
                 flushes=self.flushes,
                 finished=self.finished,
                 patched=self.patched,
@@ -804,28 +943,111 @@ class Recorder:
             )
             data.update(extra)
             _write_json(self.dir / PROCESS_FILE, data)
+            self._process_records = written
 
     def close(self) -> None:
-        """Final flush at process exit (atexit, multiprocessing finalizers, SIGTERM)."""
-        if self.finished or os.getpid() != self.pid:
+        """Final flush at process exit (atexit, multiprocessing finalizers, a signal), every
+        wait bounded by one deadline, `exit_deadline_s` from now."""
+        if os.getpid() != self.pid:
+            return
+        if self.finished:
+            self._join_exit()  # a close under way (a signal during the atexit close): let it end
             return
         self.finished = True
-        if self.profile is not None:
-            try:
-                self.profile.close()
-            except Exception as exc:
-                self.fail("profiler export", exc)
+        self._timer_stop.set()
+        until = time.monotonic() + self.config.exit_deadline_s
+        self._exit_until = until
+        dev = self._cuda_device()  # on the program's thread: the rank's device
         if self._failed:
+            self._close_profile(until)
             return
+        if not self._bounded(lambda: self._close_records(until), until, "the final flush"):
+            return
+        self._close_profile(until)
+        self._bounded(lambda: self._close_rank(dev), until, "the rank and manifest update")
+
+    def _bounded(self, fn: Callable[[], None], until: float, step: str) -> bool:
+        """Run `fn` in a daemon thread, wait for it until `until`; False if it did not end."""
+        self._exit_step = step
+        try:
+            t = threading.Thread(target=fn, name="tracekit-exit", daemon=True)
+            t.start()
+        except RuntimeError:  # no new thread now (interpreter shutting down): on this one
+            fn()
+            return True
+        self._exit_thread = t
+        return self._join_exit()
+
+    def _join_exit(self) -> bool:
+        t = self._exit_thread
+        if t is None or t is threading.current_thread():
+            return True
+        t.join(max(0.0, self._exit_until - time.monotonic()))
+        if not t.is_alive():
+            return True
+        if not self._failed:
+            self._failed = True  # said once; the program exits
+            try:
+                sys.stderr.write(
+                    f"tracekit: pid {self.pid} left {self._exit_step} unfinished at the exit "
+                    f"deadline ({self.config.exit_deadline_s:g} s, TRACEKIT_EXIT_DEADLINE_S); "
+                    f"{self._rows_written} records are on disk\n"
+                )
+            except Exception:
+                pass
+        return False
+
+    def _close_records(self, until: float) -> None:
         try:
             if self.records == 0 and self._fd is None:
                 self._write_process(end_ns=time.time_ns())
                 return
-            self.flush(final=True)
-            if not self._failed:
-                self._write_process(end_ns=time.time_ns())
+            # the CUDA-event poll leaves a share of the deadline to writing the records
+            reserve = min(1.0, 0.25 * self.config.exit_deadline_s)
+            self.flush(final=True, until=until - reserve)
         except Exception as exc:  # at exit too: never a traceback in the server's output
             self.fail("exit", exc)
+
+    def _close_profile(self, until: float) -> None:
+        """Close an open profiler window on this thread (torch.profiler's state is the
+        thread's), unless the device is stuck (its export would wait for the device)."""
+        prof = self.profile
+        if prof is None or not prof.active:
+            return
+        if self._gpu_pending or time.monotonic() >= until:
+            prof.active = False
+            sys.stderr.write(
+                f"tracekit: pid {self.pid}: the device did not finish its work before the exit "
+                "deadline; the profiler window is not written\n"
+            )
+            return
+        try:
+            prof.close()
+        except Exception as exc:
+            self.fail("profiler export", exc)
+
+    def _close_rank(self, dev: int | None) -> None:
+        """After the records are on disk: rank (torch.distributed), manifest, end time."""
+        if self._failed:
+            return
+        try:
+            with self._internal():
+                self._update_rank(cuda_device=dev)
+                if not self._manifest_written:
+                    self._write_manifest(with_device=False)  # dev is in the rank info
+                self._write_process(end_ns=time.time_ns())
+        except Exception as exc:
+            self.fail("exit", exc)
+
+    def before_fork(self) -> None:
+        """No flush in progress across a fork (its locks, pyarrow's, would stay held in the
+        child): wait for one (bounded) and hold the lock over the fork."""
+        self._fork_locked = self._lock.acquire(timeout=1.0)
+
+    def after_fork_in_parent(self) -> None:
+        if self._fork_locked:
+            self._fork_locked = False
+            self._lock.release()
 
     def after_fork(self) -> None:
         """In a forked child: start a fresh record stream of its own (the parent keeps its)."""
@@ -841,6 +1063,11 @@ class Recorder:
         self._fd = None
         self._sites_written = 0
         self._lock = threading.RLock()
+        self._fork_locked = False
+        self._flush_owner = 0
+        self._process_records = -1
+        self._timer = None
+        self._exit_thread = None
         self._loc = threading.local()
         self._rows_written = 0
         self.flushes = 0
@@ -848,7 +1075,10 @@ class Recorder:
         self._manifest_written = False
         self._rank_info = {}
         self.process_info = dict(self.process_info, pid=self.pid, ppid=os.getppid(), forked=True)
+        if self.profile is not None:
+            self.profile.out_dir = self.dir
         self._write_process()
+        self._start_timer()  # the parent's timer thread did not survive the fork
 
 
 def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -873,7 +1103,7 @@ def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")  # one a writing thread
     try:
         tmp.write_text(json.dumps(data, default=str, indent=1))
     except OSError:

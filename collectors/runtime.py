@@ -20,7 +20,7 @@ from typing import Any
 
 from tracekit.collectors import phasemap
 from tracekit.collectors.importhook import PostImportHook
-from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.recorder import EXIT_DEADLINE_S, Recorder, RecorderConfig
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.wrappers import install, resolve_owner
 
@@ -30,7 +30,8 @@ ENV_ADAPTER = "TRACEKIT_ADAPTER"
 ENV_MODE = "TRACEKIT_MODE"  # light | full
 ENV_PROFILE_CYCLES = "TRACEKIT_PROFILE_CYCLES"  # START:COUNT (full mode)
 ENV_FLUSH_RECORDS = "TRACEKIT_FLUSH_RECORDS"
-ENV_FLUSH_SECONDS = "TRACEKIT_FLUSH_SECONDS"
+ENV_FLUSH_SECONDS = "TRACEKIT_FLUSH_SECONDS"  # the flush interval (`--flush-interval`)
+ENV_EXIT_DEADLINE = "TRACEKIT_EXIT_DEADLINE_S"  # one bound on everything the exit waits for
 ENV_DISABLE = "TRACEKIT_DISABLE"  # set to 1 to run a process of the tree without tracekit
 
 GRAPH_MODULE = "torch.cuda.graphs"
@@ -180,6 +181,8 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         mode=mode,
         package=pmap.package,
         via=via,
+        exit_deadline_s=max(0.0, _float_env(ENV_EXIT_DEADLINE, EXIT_DEADLINE_S)),
+        flush_thread=True,
     )
     rec = Recorder(config)
     rec.process_info = {
@@ -198,7 +201,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         from tracekit.collectors.profiler import CycleWindow, ProfileWindow
 
         window = CycleWindow.parse(os.environ.get(ENV_PROFILE_CYCLES, "2:3"))
-        rec.profile = ProfileWindow(window, rec.dir)
+        rec.profile = ProfileWindow(window, rec.dir, require=pmap.cycle.require)
     hook = PostImportHook()
     rt = Runtime(rec, hook, pmap)
     _RUNTIME = rt
@@ -214,9 +217,32 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     hook.register("multiprocessing.util", rt.mp_util_imported)
     hook.install()
     atexit.register(rec.close)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-    _install_sigterm(rec)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+    rec.on_deferred_signal = _die_of
+    _install_signals()
     return rt
+
+
+def _before_fork() -> None:
+    rt = _RUNTIME
+    if rt is not None:
+        try:
+            rt.recorder.before_fork()
+        except Exception:
+            pass
+
+
+def _after_fork_in_parent() -> None:
+    rt = _RUNTIME
+    if rt is not None:
+        try:
+            rt.recorder.after_fork_in_parent()
+        except Exception:
+            pass
 
 
 def _after_fork_in_child() -> None:
@@ -228,23 +254,83 @@ def _after_fork_in_child() -> None:
             rt.recorder.fail("fork", exc)
 
 
-def _install_sigterm(rec: Recorder) -> None:
-    """Flush on SIGTERM when the program has no handler of its own, then die as before."""
+# -- signals ---------------------------------------------------------------------------------
+# SIGTERM and SIGINT flush the records in every instrumented process. tracekit's handler stays
+# installed under the program's: `signal.signal` / `signal.getsignal` are wrapped so that the
+# program installs, reads and restores its handlers as usual (it sees its own, never tracekit's),
+# and tracekit's handler runs first, then the program's (or the default action: for SIG_DFL
+# the final flush, then death by the same signal, as without tracekit). A signal the program
+# ignores (SIG_IGN, also inherited from its parent) is left ignored. Handlers are installed
+# only from the main thread (Python's rule).
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_orig_signal = signal.signal
+_orig_getsignal = signal.getsignal
+_program: dict[int, Any] = {}  # signal -> the handler the program believes is installed
+
+
+def _die_of(signum: int) -> None:
+    """The default action of `signum` (terminate), after the final flush."""
+    rt = _RUNTIME
+    if rt is not None:
+        rt.recorder.close()
+    _orig_signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    handler = _program.get(signum, signal.SIG_DFL)
+    rt = _RUNTIME
+    rec = rt.recorder if rt is not None else None
+    if handler == signal.SIG_DFL:
+        if rec is not None and rec.flushing_here():
+            rec.deferred_signal = signum  # delivered when that flush ends
+            return
+        _die_of(signum)
+        return
+    if handler == signal.SIG_IGN or handler is None:
+        return
+    if rec is not None and rec.active and not rec.finished and not rec.flushing_here():
+        try:
+            rec.flush(until=time.monotonic() + rec.config.exit_deadline_s)
+        except Exception as exc:
+            rec.fail("signal flush", exc)
+    handler(signum, frame)
+
+
+def _signal(signalnum: Any, handler: Any) -> Any:
+    """`signal.signal`, with tracekit's handler kept in front of the program's."""
+    if signalnum not in _program or not (
+        callable(handler) or handler in (signal.SIG_DFL, signal.SIG_IGN)
+    ):
+        return _orig_signal(signalnum, handler)
+    _orig_signal(signalnum, signal.SIG_IGN if handler == signal.SIG_IGN else _on_signal)
+    old = _program[signalnum]
+    _program[signalnum] = handler
+    return old
+
+
+def _getsignal(signalnum: Any) -> Any:
+    if signalnum in _program:
+        return _program[signalnum]
+    return _orig_getsignal(signalnum)
+
+
+_signal.__doc__ = _orig_signal.__doc__
+_getsignal.__doc__ = _orig_getsignal.__doc__
+
+
+def _install_signals() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            try:
-                rt = _RUNTIME
-                if rt is not None:
-                    rt.recorder.close()
-            finally:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, on_term)
-    except (ValueError, OSError):
-        pass
+    for sig in SIGNALS:
+        try:
+            current = _orig_getsignal(sig)
+            if current is signal.SIG_IGN or current is None:
+                continue  # ignored (nohup, a background job), or not Python's: left alone
+            _orig_signal(sig, _on_signal)
+        except (ValueError, OSError):
+            continue
+        _program[sig] = current
+    if _program and signal.signal is _orig_signal:
+        signal.signal = _signal
+        signal.getsignal = _getsignal

@@ -33,6 +33,15 @@ class StoreError(TracekitError):
     """A run directory has no store, or the store is incomplete."""
 
 
+class NoCyclesError(StoreError):
+    """A run has phase instances but its cycle rule found no cycle; `instances` counts them
+    per phase name, so an output can still show what was recorded."""
+
+    def __init__(self, *args: object, instances: dict[str, int] | None = None) -> None:
+        super().__init__(*args)
+        self.instances = dict(instances or {})
+
+
 class CollectorError(TracekitError):
     """The collector or launcher could not do its job."""
 

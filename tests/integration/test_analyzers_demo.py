@@ -29,6 +29,7 @@ def demo_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             *("launch", "--adapter", "demo", "--mode", mode, "--profile-cycles", "1:3"),
             *("--out", str(out), "--name", name, "--", sys.executable, "-m", "tracekit.demo"),
             *("--ranks", "2", "--cycles", "5", *extra),
+            *("--result", str(out / f"{name}.result.json")),
         )
         runs[name] = out / name
     return runs
@@ -49,13 +50,21 @@ def test_demo_summary_and_breakdown(demo_runs: dict[str, Path], mode: str) -> No
     bd = json.loads(_tk("breakdown", str(run), "--json"))
     for row in bd:
         assert row["forward_ns"] + row["allreduce_ns"] + row["overhead_ns"] == row["wall_ns"]
-    by_cycle = json.loads(_tk("breakdown", str(run), "--json", "--by", "cycle"))
+    # every cycle (the steady state may leave out a warm-up: checked below)
+    by_cycle = json.loads(_tk("breakdown", str(run), "--json", "--by", "cycle", "--all-cycles"))
     for c in by_cycle:
         assert c["wall_ns"] == c["span_ns"]  # the phases add up to the cycle
         assert c["accept_len"] is not None
     if mode == "full":
         assert {r["allreduce_impl"] for r in bd} == {"gloo"}
         assert sorted({c["cycle"] for c in by_cycle}) == [1, 2, 3]
+        assert s["cycles"] == 5  # every recorded cycle; the shares from the profiled window
+        assert s["profiled_cycles"] == [1, 3]
+    # the default breakdown keeps exactly the summary's steady cycles
+    first, last = s["steady_cycles"]
+    steady = json.loads(_tk("breakdown", str(run), "--json", "--by", "cycle"))
+    window = {c["cycle"] for c in by_cycle}
+    assert {c["cycle"] for c in steady} == {c for c in window if first <= c <= last}
 
 
 @pytest.mark.slow
@@ -81,8 +90,31 @@ def test_demo_breakeven_from_runs(demo_runs: dict[str, Path]) -> None:
             "--json",
         )
     )
-    assert r["baseline_ms"] == pytest.approx(base["cycle_ms_p50"])
-    assert r["cycle_ms"] == pytest.approx(spec["cycle_ms_p50"])
+    # means over the steady state, from totals (issue 13); the medians are descriptive
+    assert r["baseline_ms"] == pytest.approx(base["cycle_ms_mean"])
+    assert r["cycle_ms"] == pytest.approx(spec["cycle_ms_mean"])
+    assert r["cycle_ms_p50"] == pytest.approx(spec["cycle_ms_p50"])
     assert r["accept_len"] == pytest.approx(spec["accept_len_mean"])
     assert r["breakeven_accept_len"] == pytest.approx(r["cycle_ms"] / r["baseline_ms"])
     assert r["speedup"] == pytest.approx(r["accept_len"] * r["baseline_ms"] / r["cycle_ms"])
+
+
+@pytest.mark.slow
+def test_demo_speedup_matches_measured_tokens_per_s_13(demo_runs: dict[str, Path]) -> None:
+    # GIVEN a plain and a speculative light run of the demo, each with the server's own
+    # tokens/s (its tokens / the sum of its step times, every cycle)
+    measured = {
+        name: json.loads((demo_runs[name].parent / f"{name}.result.json").read_text())
+        for name in ("base", "light")
+    }
+    # WHEN tracekit predicts the speedup from the two runs over the same (every) cycle
+    r = json.loads(
+        _tk(
+            *("breakeven", "--baseline", str(demo_runs["base"])),
+            *("--spec", str(demo_runs["light"]), "--all-cycles", "--json"),
+        )
+    )
+    # THEN it is the ratio of the measured tokens/s within 3%
+    ratio = measured["light"]["tokens_per_s"] / measured["base"]["tokens_per_s"]
+    assert r["speedup"] == pytest.approx(ratio, rel=0.03)
+    assert r["accept_len"] == pytest.approx(measured["light"]["accept_len_mean"])

@@ -143,14 +143,14 @@ def test_ranks_and_cycles_match_the_server(merged: dict[str, Path], mode: str) -
         demo = _demo(run)
         s = json.loads(_tk("summary", str(run), "--json"))
         assert s["ranks"] == demo["ranks"]
-        if mode == "light":  # every cycle the server ran; full mode: the profiled window
-            assert s["cycles"] == demo["cycles"]
-            assert s["accept_len_mean"] == pytest.approx(demo["accept_len_mean"])
-        else:
-            prof = json.loads((run / "run.json").read_text())["profile_cycles"]
-            assert s["cycles"] == int(prof.split(":")[1])
-            k = demo["draft_tokens"] or 0
-            assert 1.0 <= s["accept_len_mean"] <= k + 1
+        # every cycle the server ran, in both modes (issue 13: full mode counted the window)
+        assert s["cycles"] == demo["cycles"]
+        assert s["accept_len_mean"] == pytest.approx(demo["accept_len_mean"])
+        if mode == "full":  # the device-timeline shares come from the profiled window
+            start, count = map(
+                int, json.loads((run / "run.json").read_text())["profile_cycles"].split(":")
+            )
+            assert s["profiled_cycles"] == [start, start + count - 1]
 
 
 @pytest.mark.slow
@@ -160,11 +160,35 @@ def test_breakeven_matches_measured_tokens_per_s(merged: dict[str, Path], path: 
     base, spec = merged["light/baseline"], merged[f"light/{path}"]
     # WHEN tracekit computes the break-even acceptance length from the two runs
     out = json.loads(_tk("breakeven", "--baseline", str(base), "--spec", str(spec), "--json"))
-    # THEN the speedup it predicts is the ratio of the tokens/s the server measured, within 5%
+    # THEN the speedup it predicts (from totals: tokens / time) is the ratio of the tokens/s the
+    # server measured (its tokens / the sum of its step times), within 3% (issue 13)
     measured = _demo(spec)["tokens_per_s"] / _demo(base)["tokens_per_s"]
-    assert out["speedup"] == pytest.approx(measured, rel=0.05)
+    assert out["speedup"] == pytest.approx(measured, rel=0.03)
     # and the break-even length is the acceptance length at which that ratio would be 1
     breakeven_measured = _demo(spec)["accept_len_mean"] / measured
-    assert out["breakeven_accept_len"] == pytest.approx(breakeven_measured, rel=0.05)
-    # the baseline step is one graph-replayed decode; the server's own p50 agrees
-    assert out["baseline_ms"] == pytest.approx(_demo(base)["step_ms_p50"], rel=0.05)
+    assert out["breakeven_accept_len"] == pytest.approx(breakeven_measured, rel=0.03)
+    # the baseline step is the mean graph-replayed decode step the server timed
+    steps = _demo(base)["step_ms"]
+    assert out["baseline_ms"] == pytest.approx(sum(steps) / len(steps), rel=0.03)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["extend", "graph"])
+def test_breakeven_full_mode_matches_measured_tokens_per_s_13(
+    merged: dict[str, Path], path: str
+) -> None:
+    # GIVEN the full-mode runs: the server's step times of the profiled cycles 10-12 include
+    # torch.profiler's start and stop (5.6 s, 0.45 s), which tracekit leaves out of cycle 10
+    # and 12 (outside the cycle's range), so compare the cycles after the window, 13-39
+    base, spec = merged["full/baseline"], merged[f"full/{path}"]
+    out = json.loads(
+        _tk("breakeven", "--baseline", str(base), "--spec", str(spec), "--cycles", "13:", "--json")
+    )
+    from tracekit.analyzers.breakdown import analyze
+
+    rec = analyze(spec).recorded
+    assert float(rec["accept_len"].sum()) == _demo(spec)["tokens"]  # the server's own count
+    tokens = float(rec.filter(pl.col("cycle") >= 13)["accept_len"].sum())
+    spec_steps, base_steps = _demo(spec)["step_ms"][13:], _demo(base)["step_ms"][13:]
+    measured = (tokens / sum(spec_steps)) / (len(base_steps) / sum(base_steps))
+    assert out["speedup"] == pytest.approx(measured, rel=0.03)

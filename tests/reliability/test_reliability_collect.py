@@ -49,9 +49,12 @@ def test_rank_killed_with_sigkill_keeps_every_flushed_cycle(server: Path, tmp_pa
     assert traced.returncode == plain.returncode == 1, traced.stderr
     assert program_lines(traced.stdout) == program_lines(plain.stdout)
     assert "Traceback" not in traced.stderr
-    # and the killed rank's cycles up to its last flush (cycle 10 ended with one) are merged
+    # and the killed rank's cycles up to its last flush are merged: the 10 before its pause of
+    # two flush intervals (the timer thread flushed them), cycle 10 too when a flush followed it
     run_dir = tmp_path / "runs" / "killed"
-    assert _cycles_per_rank(run_dir) == {0: 40, 1: 11}
+    per_rank = _cycles_per_rank(run_dir)
+    assert per_rank[0] == 40
+    assert per_rank[1] in (10, 11)
     # and the problem is reported once, in plain words
     partial = [ln for ln in tracekit_lines(traced.stderr) if "partial" in ln]
     assert len(partial) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -60,3 +61,35 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 def ms(ns: Any) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def cycles_option(f: F) -> F:
+    """`--all-cycles` / `--cycles A:B`, handed to the command as `choice` (a CycleChoice)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, all_cycles: bool, cycles: str | None, **kwargs: Any) -> Any:
+        from tracekit.analyzers.steady import CycleChoice
+
+        choice = CycleChoice.parse(all_cycles=all_cycles, cycles=cycles)
+        return f(*args, choice=choice, **kwargs)
+
+    wrapped = click.option(
+        "--cycles",
+        metavar="A:B",
+        default=None,
+        help="Use cycles A to B-1 only (a slice: `64:` from cycle 64 on) instead of the "
+        "steady state.",
+    )(wrapper)
+    wrapped = click.option(
+        "--all-cycles",
+        is_flag=True,
+        help="Use every recorded cycle, warm-up included (default: the steady state, see "
+        "docs/DEFINITIONS.md).",
+    )(wrapped)
+    return wrapped  # type: ignore[return-value]
+
+
+def echo_note(note: str | None) -> None:
+    """A note about the data (the steady-state exclusion) on stderr."""
+    if note:
+        click.echo(f"note: {note}", err=True)

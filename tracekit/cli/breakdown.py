@@ -7,12 +7,23 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import echo_json, fmt, json_option, ms, rules_option, run_dir_argument
+from tracekit.cli._analysis import (
+    cycles_option,
+    echo_json,
+    echo_note,
+    fmt,
+    json_option,
+    ms,
+    rules_option,
+    run_dir_argument,
+)
+from tracekit.cli._console import make_console, new_table, print_table
 
 if TYPE_CHECKING:
     import polars as pl
 
     from tracekit.analyzers.breakdown import Analysis
+    from tracekit.analyzers.steady import CycleChoice, Steady
 
 # The DESIGN fields first, then tracekit's extras.
 INSTANCE_FIELDS = [
@@ -46,11 +57,12 @@ _LABELS = {
 }
 
 
-def grouped(analysis: Analysis, by: str | None) -> pl.DataFrame:
-    """The rows `tracekit breakdown` prints: instances, or sums per cycle, phase or rank."""
+def grouped(analysis: Analysis, by: str | None, steady: Steady | None = None) -> pl.DataFrame:
+    """The rows `tracekit breakdown` prints: instances, or sums per cycle, phase or rank, over
+    the cycles `steady` keeps (all when None)."""
     import polars as pl
 
-    bd = analysis.breakdown
+    bd = analysis.breakdown if steady is None else steady.keep(analysis.breakdown)
     if by is None:
         instances: pl.DataFrame = bd.select(INSTANCE_FIELDS)
         return instances
@@ -91,12 +103,8 @@ def grouped(analysis: Analysis, by: str | None) -> pl.DataFrame:
     return grouped_rows
 
 
-def render(rows: pl.DataFrame, by: str | None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+def render(rows: pl.DataFrame, by: str | None, note: str | None = None) -> None:
     title = "Breakdown per phase instance" if by is None else f"Breakdown by {by}"
-    table = Table(title=f"{title} (ms of the device timeline)")
     ms_cols = {"start_ns"} | set(_SUMS) | {"cpu_ns", "unattributed_ns", "span_ns"}
     hidden = {
         "start_ns",
@@ -107,13 +115,15 @@ def render(rows: pl.DataFrame, by: str | None) -> None:
         "accept_len",
     }
     cols = [c for c in rows.columns if c not in hidden or (by is not None and c == "accept_len")]
-    for c in cols:
-        label = _LABELS.get(c, c.removesuffix("_ns")) + (" ms" if c in ms_cols else "")
-        table.add_column(label, justify="left" if c in ("phase", "allreduce_impl") else "right")
+    labels = [_LABELS.get(c, c.removesuffix("_ns")) + (" ms" if c in ms_cols else "") for c in cols]
+    text = {_LABELS.get(c, c) for c in ("phase", "allreduce_impl")}
+    table = new_table(f"{title} (ms of the device timeline)", labels, text=text)
     for row in rows.iter_rows(named=True):
         table.add_row(*[ms(row[c]) if c in ms_cols else fmt(row[c]) for c in cols])
-    console = Console()
-    console.print(table)
+    console = make_console()
+    if note:
+        console.print(note[0].upper() + note[1:] + ".")
+    print_table(console, table)
     if rows.height and bool(rows["approximate"].any()):
         console.print("Approximate: light-mode records (CUDA events / CPU clocks), not a trace.")
 
@@ -128,8 +138,14 @@ def render(rows: pl.DataFrame, by: str | None) -> None:
     help="Sum per cycle (per rank), per phase name or per rank instead of one row an instance.",
 )
 @rules_option
+@cycles_option
 def command(
-    run_dir: Path, as_json: bool, by: str | None, rules: Path | None, impl_table: Path | None
+    run_dir: Path,
+    as_json: bool,
+    by: str | None,
+    rules: Path | None,
+    impl_table: Path | None,
+    choice: CycleChoice,
 ) -> None:
     """Forward / allreduce / overhead of every phase instance.
 
@@ -141,12 +157,17 @@ def command(
     Example:
         tracekit breakdown runs/demo
         tracekit breakdown runs/demo --by phase --json
+        tracekit breakdown runs/demo --by phase --all-cycles
     """
     from tracekit.analyzers.breakdown import analyze
+    from tracekit.analyzers.steady import decide
 
-    rows = grouped(analyze(run_dir, rules=rules, impl_table=impl_table), by)
+    analysis = analyze(run_dir, rules=rules, impl_table=impl_table)
+    steady = decide(analysis.recorded, choice)
+    rows = grouped(analysis, by, steady)
     if as_json:
+        echo_note(steady.note)
         payload: list[dict[str, Any]] = rows.to_dicts()
         echo_json(payload)
     else:
-        render(rows, by)
+        render(rows, by, steady.note)

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import echo_json, fmt, json_option
+from tracekit.cli._analysis import cycles_option, echo_json, echo_note, fmt, json_option
 from tracekit.errors import CommandError
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.steady import CycleChoice
 
 
 def render(r: dict[str, Any]) -> None:
+    p50 = ""
+    if r.get("cycle_ms_p50") is not None:
+        p50 = f" (means; p50 {fmt(r['baseline_ms_p50'])} / {fmt(r['cycle_ms_p50'])} ms)"
     lines = [
-        f"baseline step {fmt(r['baseline_ms'])} ms, speculative cycle {fmt(r['cycle_ms'])} ms",
+        f"baseline step {fmt(r['baseline_ms'])} ms, speculative cycle {fmt(r['cycle_ms'])} ms{p50}",
         f"break-even acceptance length: {r['breakeven_accept_len']:.2f} tokens a cycle",
     ]
     if r["accept_len"] is not None:
@@ -39,16 +45,17 @@ def render(r: dict[str, Any]) -> None:
 @click.option(
     "--baseline",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Run directory of plain decoding: its median cycle is the baseline step.",
+    help="Run directory of plain decoding: its mean steady-state cycle is the baseline step.",
 )
 @click.option(
     "--spec",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Run directory of speculative decoding: median cycle and acceptance length.",
+    help="Run directory of speculative decoding: mean steady-state cycle and acceptance length.",
 )
 @click.option("--accept-len", type=float, help="Tokens emitted a cycle (accepted + bonus).")
 @click.option("--verify-faster-ms", type=float, help="What if each cycle were N ms shorter.")
 @json_option
+@cycles_option
 def command(
     baseline_ms: float | None,
     cycle_ms: float | None,
@@ -57,10 +64,13 @@ def command(
     accept_len: float | None,
     verify_faster_ms: float | None,
     as_json: bool,
+    choice: CycleChoice,
 ) -> None:
     """Acceptance length needed to beat plain decoding.
 
     break-even = cycle time / baseline step; speedup = acceptance length x baseline / cycle.
+    From runs, the times are means over each run's steady-state cycles and the acceptance
+    length is total tokens / cycles (so the speedup is the ratio of their tokens/s).
 
     \b
     Example:
@@ -80,9 +90,15 @@ def command(
         raise CommandError(msg_usage, exit_code=2)
     if baseline is not None and spec is not None:
         result = breakeven_runs(
-            baseline, spec, accept_len=accept_len, verify_faster_ms=verify_faster_ms
+            baseline, spec, accept_len=accept_len, verify_faster_ms=verify_faster_ms, choice=choice
         )
+        for which in ("baseline", "spec"):
+            note = result["steady"][which]["steady_note"]
+            echo_note(None if note is None else f"{which} run: {note}")
     elif baseline_ms is not None and cycle_ms is not None:
+        if choice.mode != "auto":
+            msg = "--all-cycles and --cycles choose cycles of runs; use them with --baseline RUN --spec RUN"
+            raise CommandError(msg, exit_code=2)
         result = breakeven(
             baseline_ms=baseline_ms,
             cycle_ms=cycle_ms,

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import echo_json, fmt, json_option, rules_option
+from tracekit.cli._analysis import (
+    cycles_option,
+    echo_json,
+    echo_note,
+    fmt,
+    json_option,
+    rules_option,
+)
+from tracekit.cli._console import make_console, new_table, print_table
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.steady import CycleChoice
 
 
 def _impl(counts: dict[str, int]) -> str:
@@ -19,14 +30,10 @@ def _frac(v: float | None) -> str:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
+    console = make_console()
     for line in result["headline"]:
         console.print(f"- {line}", highlight=False)
-    table = Table(title=f"Phases: A = {result['a']}, B = {result['b']} (median ms)")
-    for col in (
+    columns = [
         "phase",
         "A",
         "B",
@@ -38,8 +45,12 @@ def render(result: dict[str, Any]) -> None:
         "ovhd",
         "graph A/B",
         "allreduce A -> B",
-    ):
-        table.add_column(col, justify="left" if col in ("phase", "allreduce A -> B") else "right")
+    ]
+    table = new_table(
+        f"Phases: A = {result['a']}, B = {result['b']} (median ms)",
+        columns,
+        text={"phase", "allreduce A -> B"},
+    )
     for name, p in result["phases"].items():
         ci = p["ci95_ms"]
         table.add_row(
@@ -56,16 +67,15 @@ def render(result: dict[str, Any]) -> None:
             f"{_frac(p['graph_replayed_frac']['a'])}/{_frac(p['graph_replayed_frac']['b'])}",
             f"{_impl(p['allreduce_impl']['a'])} -> {_impl(p['allreduce_impl']['b'])}",
         )
-    console.print(table)
+    print_table(console, table)
     rows = [(s, e) for s, entries in result["manifest"].items() for e in entries]
     if rows:
-        mt = Table(title="Manifest changes")
-        for col in ("section", "name", "A", "B", "ranks"):
-            mt.add_column(col)
+        cols = ["section", "name", "A", "B", "ranks"]
+        mt = new_table("Manifest changes", cols, text=set(cols))
         for section, e in rows:
             ranks = ",".join(map(str, e["ranks"])) if "ranks" in e else "all"
             mt.add_row(section, e["name"], fmt(e["a"]), fmt(e["b"]), ranks)
-        console.print(mt)
+        print_table(console, mt)
 
 
 @click.command(name="diff")
@@ -73,12 +83,19 @@ def render(result: dict[str, Any]) -> None:
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @json_option
 @rules_option
+@cycles_option
 def command(
-    run_a: Path, run_b: Path, as_json: bool, rules: Path | None, impl_table: Path | None
+    run_a: Path,
+    run_b: Path,
+    as_json: bool,
+    rules: Path | None,
+    impl_table: Path | None,
+    choice: CycleChoice,
 ) -> None:
     """What changed between two runs, biggest significant change first.
 
-    Per phase the median change with a bootstrap 95% interval (fixed seed), split into
+    Each run's steady-state cycles are compared (warm-up left out, see docs/DEFINITIONS.md;
+    --all-cycles / --cycles A:B apply to both runs). Per phase the median change with a bootstrap 95% interval (fixed seed), split into
     forward / allreduce / overhead, graph replay and allreduce implementation; then the
     manifest: environment per rank, packages and commits, versions, GPU clocks and power.
 
@@ -89,8 +106,11 @@ def command(
     """
     from tracekit.analyzers.diff import diff_runs
 
-    result = diff_runs(run_a, run_b, rules=rules, impl_table=impl_table)
+    result = diff_runs(run_a, run_b, rules=rules, impl_table=impl_table, choice=choice)
     if as_json:
+        for w in ("a", "b"):
+            note = result["steady"][w]["steady_note"]
+            echo_note(None if note is None else f"{w.upper()}: {note}")
         echo_json(result)
     else:
         render(result)

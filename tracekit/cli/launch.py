@@ -55,11 +55,15 @@ import click
     help="Seconds the command gets to stop after SIGINT/SIGTERM before its group is killed.",
 )
 @click.option(
+    "--flush-interval",
     "--flush-seconds",
+    "flush_seconds",
     type=click.FloatRange(min=0.01),
     default=1.0,
     show_default=True,
-    help="Each process writes its records at least this often (and every 1000 records).",
+    metavar="SECONDS",
+    help="Each process writes its records at least this often, also while idle (a timer "
+    "thread), so a process killed with SIGKILL loses at most this much.",
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from tracekit.cli._analysis import cycles_option
 from tracekit.errors import InputError
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.steady import CycleChoice
 
 
 @click.command(name="report")
@@ -36,6 +41,7 @@ from tracekit.errors import InputError
     help="A `tracekit sweep` directory (or its sweep.json): adds the acceptance sweep's section.",
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
+@cycles_option
 def command(
     run_dir: Path,
     output: Path | None,
@@ -43,13 +49,15 @@ def command(
     cdn: bool,
     sweep: Path | None,
     force: bool,
+    choice: CycleChoice,
 ) -> None:
     """Write the self-contained HTML report of a run.
 
     Headline numbers, where each phase's time goes cycle by cycle (forward / allreduce /
-    overhead), distributions per rank, rank skew, CUDA graphs and allreduce implementations,
+    overhead; every cycle, warm-up included), distributions per rank, rank skew, CUDA graphs and allreduce implementations,
     top kernels, NVML clocks/power/temperature, the break-even curve and the manifest. Works
-    offline (plotly.js is embedded once).
+    offline (plotly.js is embedded once). Aggregates use the steady-state cycles (the
+    headline says which were left out as warm-up).
 
     \b
     Example:
@@ -74,6 +82,6 @@ def command(
         from tracekit.analyzers.sweep import load_sweep
 
         load_sweep(sweep)  # a bad --sweep fails before anything is written
-    write_report(run_dir, out, baseline=baseline, cdn=cdn, sweep=sweep)
+    write_report(run_dir, out, baseline=baseline, cdn=cdn, sweep=sweep, choice=choice)
     click.echo(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", err=True)
     click.echo(f"Open it in a browser: file://{out.resolve()}", err=True)

@@ -3,39 +3,68 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import echo_json, fmt, json_option, rules_option, run_dir_argument
+from tracekit.cli._analysis import (
+    cycles_option,
+    echo_json,
+    echo_note,
+    fmt,
+    json_option,
+    rules_option,
+    run_dir_argument,
+)
+from tracekit.cli._console import make_console, new_table, print_table
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.steady import CycleChoice
+
+
+def _steady_line(summary: dict[str, Any]) -> str:
+    note = summary.get("steady_note")
+    parts = [note] if note else []
+    if summary.get("profiled_cycles"):
+        a, b = summary["profiled_cycles"]
+        parts.append(f"device-timeline shares from the profiled cycles {a}-{b}")
+    if summary.get("shares_note"):
+        parts.append(summary["shares_note"])
+    return "; ".join(parts)
 
 
 def render(summary: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
+    console = make_console()
     approx = " (approximate: light-mode CUDA events / CPU clocks)" if summary["approximate"] else ""
+    used = summary["cycles"] - summary.get("excluded", 0)
+    cycles = f"{summary['cycles']} cycle(s)" + (
+        f", {used} used" if used != summary["cycles"] else ""
+    )
     console.print(
-        f"{summary['ranks']} rank(s), {summary['cycles']} cycle(s); "
+        f"{summary['ranks']} rank(s), {cycles}; "
         f"cycle p50 {fmt(summary['cycle_ms_p50'])} ms, mean {fmt(summary['cycle_ms_mean'])} ms; "
         f"acceptance length {fmt(summary['accept_len_mean'], 2)}; "
         f"{fmt(summary['tokens_per_s'], 1)} tokens/s per sequence{approx}"
     )
-    table = Table(title="Phases (device-timeline shares)")
-    for col in (
-        "phase",
-        "count",
-        "p50 ms",
-        "p90 ms",
-        "mean ms",
-        "forward %",
-        "allreduce %",
-        "overhead %",
-        "graph replayed",
-        "allreduce impl",
-    ):
-        table.add_column(col, justify="left" if col in ("phase", "allreduce impl") else "right")
+    line = _steady_line(summary)
+    if line:
+        console.print(line[0].upper() + line[1:] + ".")
+    table = new_table(
+        "Phases (device-timeline shares)",
+        [
+            "phase",
+            "count",
+            "p50 ms",
+            "p90 ms",
+            "mean ms",
+            "forward %",
+            "allreduce %",
+            "overhead %",
+            "graph replayed",
+            "allreduce impl",
+        ],
+        text={"phase", "allreduce impl"},
+    )
     for name, p in summary["phases"].items():
         impls = ", ".join(f"{k} x{v}" for k, v in p["allreduce_impl"].items()) or "-"
         table.add_row(
@@ -52,21 +81,23 @@ def render(summary: dict[str, Any]) -> None:
             "-" if p["graph_replayed_frac"] is None else f"{100 * p['graph_replayed_frac']:.0f}%",
             impls,
         )
-    console.print(table)
+    print_table(console, table)
     if summary.get("allreduce_note"):
         console.print(summary["allreduce_note"])
     skew = summary.get("skew") or {}
     if skew and max(p["ranks"] for p in skew.values()) > 1:
-        st = Table(title="Rank skew (work = wall - allreduce wait)")
-        for col in (
-            "phase",
-            "ranks",
-            "spread p50 ms",
-            "spread max ms",
-            "slowest rank",
-            "allreduce wait ms",
-        ):
-            st.add_column(col, justify="left" if col == "phase" else "right")
+        st = new_table(
+            "Rank skew (work = wall - allreduce wait)",
+            [
+                "phase",
+                "ranks",
+                "spread p50 ms",
+                "spread max ms",
+                "slowest rank",
+                "allreduce wait ms",
+            ],
+            text={"phase"},
+        )
         for name, p in skew.items():
             st.add_row(
                 name,
@@ -76,7 +107,7 @@ def render(summary: dict[str, Any]) -> None:
                 f"{p['slowest_rank']} ({p['slowest_rank_frac']:.0%} of cycles)",
                 fmt(p["allreduce_wait_ms_mean"]),
             )
-        console.print(st)
+        print_table(console, st)
     unknown = summary.get("unknown_comm_kernels") or []
     if unknown:
         console.print(
@@ -89,18 +120,27 @@ def render(summary: dict[str, Any]) -> None:
 @run_dir_argument
 @json_option
 @rules_option
-def command(run_dir: Path, as_json: bool, rules: Path | None, impl_table: Path | None) -> None:
+@cycles_option
+def command(
+    run_dir: Path,
+    as_json: bool,
+    rules: Path | None,
+    impl_table: Path | None,
+    choice: CycleChoice,
+) -> None:
     """Cycle time, acceptance length and per-phase shares of a run.
 
     \b
     Example:
         tracekit summary runs/demo
         tracekit summary runs/demo --json
+        tracekit summary runs/demo --cycles 64:
     """
     from tracekit.analyzers.summary import summarize
 
-    result = summarize(run_dir, rules=rules, impl_table=impl_table)
+    result = summarize(run_dir, rules=rules, impl_table=impl_table, choice=choice)
     if as_json:
+        echo_note(result.get("steady_note"))
         echo_json(result)
     else:
         render(result)

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tracekit.cli._analysis import echo_json, fmt, json_option, run_dir_argument
+from tracekit.cli._console import make_console, new_table, print_table
 
 
 def render(rows: list[dict[str, Any]], *, hta_rounding: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     unit = "whole µs, as HTA rounds" if hta_rounding else "µs, from exact ns"
-    table = Table(title=f"Temporal breakdown per rank ({unit}; % of the GPU span)")
-    for col in (
+    columns = [
         "rank",
         "idle µs",
         "compute µs",
@@ -28,8 +24,8 @@ def render(rows: list[dict[str, Any]], *, hta_rounding: bool) -> None:
         "non-compute %",
         "GPU events",
         "step filter",
-    ):
-        table.add_column(col, justify="right")
+    ]
+    table = new_table(f"Temporal breakdown per rank ({unit}; % of the GPU span)", columns)
     for r in rows:
         table.add_row(
             str(r["rank"]),
@@ -43,9 +39,7 @@ def render(rows: list[dict[str, Any]], *, hta_rounding: bool) -> None:
             str(r["gpu_events"]),
             "yes" if r["step_filtered"] else "no",
         )
-    # Piped output gets a fixed width so the numbers are not truncated.
-    console = Console() if sys.stdout.isatty() else Console(width=140)
-    console.print(table)
+    print_table(make_console(), table)
 
 
 @click.command(name="temporal")

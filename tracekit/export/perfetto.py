@@ -708,8 +708,9 @@ class _RankExport:
         top = ph.select("cycle", "phase", "start_ns", "end_ns", "depth", "parent").with_columns(
             pl.col("phase").cast(pl.String), pl.col("parent").cast(pl.String)
         )
-        present = [k for k in BREAKDOWN_ARGS if bd is not None and k in bd.columns]
-        if bd is not None and bd.height and present:
+        # a run without cycles has phase instances but no breakdown rows: phases only
+        present = [k for k in BREAKDOWN_ARGS if bd is not None and bd.height and k in bd.columns]
+        if bd is not None and present:
             # a breakdown row is a top-level phase instance: same cycle, phase and CPU start
             right = bd.select(
                 pl.col("cycle"),

@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit._version import __version__
-from tracekit.errors import InputError, StoreError, TracekitError
+from tracekit.errors import InputError, NoCyclesError, StoreError, TracekitError
 from tracekit.store import reader
 from tracekit.store.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from tracekit.analyzers.steady import CycleChoice
 
 NS_PER_MS = 1_000_000
 MAX_POINTS = 1500  # per NVML series; longer series are thinned evenly (said in the plot)
@@ -71,10 +73,14 @@ def write_report(
     baseline: Path | None = None,
     cdn: bool = False,
     sweep: Path | None = None,
+    choice: CycleChoice | None = None,
 ) -> Path:
-    """Build and write the report of `run_dir` (compared with `baseline` when given; with the
-    acceptance sweep of `tracekit sweep` when `sweep` names its directory or sweep.json)."""
-    report = build(Path(run_dir), baseline=Path(baseline) if baseline is not None else None)
+    """Build and write the report of `run_dir` (compared with `baseline` when given), its
+    aggregates over the steady-state cycles (or `choice`); with the acceptance sweep of
+    `tracekit sweep` when `sweep` names its directory or sweep.json."""
+    report = build(
+        Path(run_dir), baseline=Path(baseline) if baseline is not None else None, choice=choice
+    )
     if sweep is not None:
         _add_sweep(report, Path(sweep))
     return render(report, Path(out_path), cdn=cdn)
@@ -165,9 +171,11 @@ class _Run:
     analysis: Any = None  # tracekit.analyzers.breakdown.Analysis
     summary: dict[str, Any] | None = None
     error: str | None = None
+    steady: Any = None  # tracekit.analyzers.steady.Steady
+    no_cycles: dict[str, int] | None = None  # phase instances of a run without cycles
 
     @classmethod
-    def load(cls, run_dir: Path) -> _Run:
+    def load(cls, run_dir: Path, choice: CycleChoice | None = None) -> _Run:
         if not run_dir.is_dir():
             msg = f"{run_dir}: no such run directory; give the directory `tracekit demo`, `launch` or `ingest -o` wrote"
             raise InputError(msg)
@@ -180,16 +188,31 @@ class _Run:
         run = cls(run_dir)
         try:
             from tracekit.analyzers.breakdown import analyze
+            from tracekit.analyzers.steady import decide
             from tracekit.analyzers.summary import summary_from
 
             run.analysis = analyze(run_dir)
-            run.summary = summary_from(run.analysis)
+            run.steady = decide(run.analysis.recorded, choice)
+            run.summary = summary_from(run.analysis, choice)
+        except NoCyclesError as exc:
+            run.error = str(exc)
+            run.no_cycles = exc.instances
         except (ImportError, TracekitError) as exc:
             run.error = _unavailable(exc, "the phase breakdown")
         return run
 
     @property
     def bd(self) -> pl.DataFrame | None:
+        """The breakdown of the steady-state cycles (all of them when those are outside the
+        profiled window of a full-mode run)."""
+        if self.analysis is None:
+            return None
+        kept: pl.DataFrame = self.steady.keep(self.analysis.breakdown)
+        return kept if kept.height else self.analysis.breakdown
+
+    @property
+    def bd_all(self) -> pl.DataFrame | None:
+        """The breakdown of every cycle, warm-up included (the cycle-by-cycle charts)."""
         return None if self.analysis is None else self.analysis.breakdown
 
     @property
@@ -201,13 +224,15 @@ class _Run:
 # build
 
 
-def build(run_dir: Path, *, baseline: Path | None = None) -> Report:
-    run = _Run.load(run_dir)
-    base = _Run.load(baseline) if baseline is not None else None
+def build(
+    run_dir: Path, *, baseline: Path | None = None, choice: CycleChoice | None = None
+) -> Report:
+    run = _Run.load(run_dir, choice)
+    base = _Run.load(baseline, choice) if baseline is not None else None
     sections: list[Section] = []
     if base is not None:
-        sections.append(_comparison(run, base))
-    be = _breakeven_numbers(run, base)
+        sections.append(_comparison(run, base, choice))
+    be = _breakeven_numbers(run, base, choice)
     sections.append(_headline(run, be))
     sections.append(_over_time(run))
     sections.append(_distributions(run))
@@ -228,12 +253,12 @@ def build(run_dir: Path, *, baseline: Path | None = None) -> Report:
     )
 
 
-def _comparison(run: _Run, base: _Run) -> Section:
+def _comparison(run: _Run, base: _Run, choice: CycleChoice | None = None) -> Section:
     s = Section("diff", f"What changed: {base.run_dir.name} (A) -> {run.run_dir.name} (B)")
     try:
         from tracekit.analyzers.diff import diff_runs
 
-        d = diff_runs(base.run_dir, run.run_dir)
+        d = diff_runs(base.run_dir, run.run_dir, choice=choice)
     except (ImportError, TracekitError) as exc:
         s.unavailable = _unavailable(exc, "the run comparison (`tracekit.analyzers.diff`)")
         return s
@@ -286,7 +311,9 @@ def _comparison(run: _Run, base: _Run) -> Section:
     return s
 
 
-def _breakeven_numbers(run: _Run, base: _Run | None) -> dict[str, Any]:
+def _breakeven_numbers(
+    run: _Run, base: _Run | None, choice: CycleChoice | None = None
+) -> dict[str, Any]:
     """Break-even from `tracekit.analyzers.breakeven` when a plain-decoding baseline is given."""
     out: dict[str, Any] = {}
     if base is None:
@@ -307,7 +334,7 @@ def _breakeven_numbers(run: _Run, base: _Run | None) -> dict[str, Any]:
     try:
         from tracekit.analyzers.breakeven import breakeven_runs
 
-        out.update(breakeven_runs(base.run_dir, run.run_dir))
+        out.update(breakeven_runs(base.run_dir, run.run_dir, choice=choice))
     except (ImportError, TracekitError) as exc:
         out["unavailable"] = _unavailable(
             exc, "the break-even computation (`tracekit.analyzers.breakeven`)"
@@ -332,6 +359,13 @@ def _card(label: str, value: str, sub: str = "") -> str:
 
 def _headline(run: _Run, be: dict[str, Any]) -> Section:
     s = Section("headline", "Headline")
+    if run.no_cycles is not None:
+        s.body = f"<p class=note>{esc(run.error)}</p>" + table(
+            ["phase", "instances"],
+            [[p, fmt(n)] for p, n in sorted(run.no_cycles.items())],
+            numeric={1},
+        )
+        return s
     if run.summary is None or run.bd is None:
         s.unavailable = run.error
         return s
@@ -344,7 +378,7 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
             fmt(sm["cycles"]),
             f"p50 {fmt(sm['cycle_ms_p50'], 3)} ms, mean {fmt(sm['cycle_ms_mean'], 3)} ms",
         ),
-        _card("tokens / s", fmt(sm["tokens_per_s"], 1), "acceptance length / mean cycle time"),
+        _card("tokens / s", fmt(sm["tokens_per_s"], 1), "total tokens / total cycle time"),
         _card("acceptance length", fmt(sm["accept_len_mean"], 2), "tokens emitted per cycle, mean"),
     ]
     if "breakeven_accept_len" in be:
@@ -382,6 +416,14 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
         )
     )
     notes = []
+    if sm.get("steady_note"):
+        notes.append(f"Steady state: {sm['steady_note']}; every figure below uses it.")
+    if sm.get("profiled_cycles"):
+        a, b = sm["profiled_cycles"]
+        notes.append(
+            f"Full mode: cycle counts, times and acceptance from all {sm['cycles']} recorded "
+            f"cycles; device-timeline shares from the profiled cycles {a}-{b}."
+        )
     lead = _lead(sm, bd)
     if sm.get("approximate"):
         notes.append(
@@ -453,12 +495,12 @@ def _over_time(run: _Run) -> Section:
     s = Section(
         "over-time",
         "Where each cycle's time goes, per phase",
-        intro="Forward compute, allreduce and overhead (device idle charged to the phase whose work runs next) of each phase instance, mean over ranks, cycle by cycle.",
+        intro="Forward compute, allreduce and overhead (device idle charged to the phase whose work runs next) of each phase instance, mean over ranks, cycle by cycle (every cycle, warm-up included).",
     )
-    if run.bd is None:
+    if run.bd_all is None:
         s.unavailable = run.error
         return s
-    bd = run.bd.filter(pl.col("cycle") >= 0)
+    bd = run.bd_all.filter(pl.col("cycle") >= 0)
     per = (
         bd.group_by("phase", "cycle")
         .agg([pl.col(c).mean() for _, c, _ in COMPONENTS])

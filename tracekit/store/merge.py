@@ -458,6 +458,22 @@ def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[
     return {rank: pa.concat_tables(tables) for rank, tables in parts.items()}
 
 
+def _unseen_cycle_phase(cycle_cfg: dict[str, Any], seen: set[str]) -> str | None:
+    """One warning when the phase the map's cycle rule needs (`require`, or `starts_with`
+    without cycle targets) never ran in any rank: then no step was counted as a cycle."""
+    for key in ("require", "starts_with"):
+        name = cycle_cfg.get(key)
+        if name and name not in seen:
+            ran = ", ".join(sorted(seen)) or "none"
+            return (
+                f"the phase map's cycle rule `{key} = \"{name}\"` needs phase `{name}`, which "
+                f"never ran in any rank (phases that ran: {ran}), so those steps are no cycles; "
+                "the drafter in use may not be in the map: see run.json's `targets`, or add its "
+                "function to the phase with `--phases FILE.toml`"
+            )
+    return None
+
+
 def merge(run_dir: Path | str) -> MergeResult:
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
@@ -507,9 +523,11 @@ def merge(run_dir: Path | str) -> MergeResult:
     for table in MERGED_TABLES:
         shutil.rmtree(layout.table_dir(table), ignore_errors=True)
 
+    seen_phases: set[str] = set()
     for rank in sorted(by_rank):
         group = by_rank[rank]
         recs = [dict(r, pid=p.pid) for p in group for r in p.records]
+        seen_phases.update(r["phase"] for r in recs if r["kind"] == "phase" and r["phase"])
         for p in group:
             if p.n_records and (not p.complete or not p.info.get("finished")):
                 why = p.read_error or "the process did not finish (killed?)"
@@ -555,6 +573,11 @@ def merge(run_dir: Path | str) -> MergeResult:
         )
         if recs:
             result.ranks.append(rank)
+
+    if result.phases:
+        missing = _unseen_cycle_phase(cycle_cfg, seen_phases)
+        if missing is not None:
+            warnings.append(missing)
 
     world = _world_size(procs)
     if world is not None:

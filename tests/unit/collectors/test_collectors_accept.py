@@ -183,10 +183,18 @@ class FakeProfile:
         self.active = True
         self.events: list[tuple[str, str, int]] = []
 
-    def cycle_start(self, cycle: int, range_name: str | None) -> None:
+    marks_cycle_at_start = True
+
+    def cycle_start(self, cycle: int, *, target: bool = False) -> None:
         return None
 
-    def cycle_end(self, cycle: int, rf: Any = None) -> None:
+    def phase_start(self, phase: str | None, cycle: int) -> bool:
+        return False
+
+    def take_cycle_range(self, cycle: int) -> None:
+        return None
+
+    def cycle_end(self, cycle: int) -> None:
         pass
 
     def range(self, name: str) -> str:

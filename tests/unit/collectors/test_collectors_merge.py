@@ -263,3 +263,31 @@ def test_merge_calls_between_cycles_belong_to_none(tmp_path: Path) -> None:
     # THEN the prefill's calls are outside every cycle (-1), the drafts in theirs
     phases = read_table(tmp_path, "phases").sort("start_ns")
     assert phases["cycle"].to_list() == [0, -1, -1, 1]
+
+
+def test_merge_warns_once_when_the_cycle_rules_phase_never_ran(tmp_path: Path) -> None:
+    # GIVEN two ranks whose steps ran verify and allreduce but never the required draft (a
+    # drafter the map does not cover)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    for pid, rank in ((100, 0), (101, 1)):
+        rows = [r for r in cycle_rows(3) if r["phase"] != "draft"]
+        write_proc(raw, pid, rows, rank=rank, world=2)
+    # WHEN
+    res = merge(tmp_path)
+    # THEN one warning (not one per rank) names the rule, the missing phase and what ran
+    assert res.cycles == 0
+    assert res.phases > 0
+    hits = [w for w in res.warnings if "never ran" in w]
+    assert len(hits) == 1, res.warnings
+    assert '`require = "draft"`' in hits[0]
+    assert "phases that ran: allreduce, verify" in hits[0]
+
+
+def test_merge_says_nothing_of_the_rule_when_its_phase_ran(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_proc(raw, 100, cycle_rows(2), rank=0, world=1)
+    assert not [w for w in merge(tmp_path).warnings if "never ran" in w]

@@ -1,0 +1,232 @@
+"""The recorder's lifecycle in-process: the timer flush thread, the profile window's cycle
+numbers against merge's, and the launcher's environment."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tracekit.collectors.phasemap import Site, Target
+from tracekit.collectors.profiler import CycleCounter, CycleWindow, ProfileWindow
+from tracekit.collectors.recorder import PROCESS_FILE, RECORDS_FILE, Recorder, RecorderConfig
+from tracekit.collectors.wrappers import make_wrapper
+
+from tracekit.store.merge import _phases_and_cycles, _read_records, read_stream
+
+
+def _disk(rec: Recorder) -> list[dict[str, Any]]:
+    table, _complete, err = read_stream(rec.dir / RECORDS_FILE)
+    assert err is None
+    assert table is not None
+    rows, why = _read_records(rec.dir, table)
+    assert why is None
+    return rows
+
+
+def _steps(rec: Recorder) -> Any:
+    def draft() -> None:
+        pass
+
+    def verify() -> None:
+        pass
+
+    def step() -> None:
+        dr()
+        ve()
+
+    dr = make_wrapper(draft, Site(Target("m", "draft"), phase="draft"), rec)
+    ve = make_wrapper(verify, Site(Target("m", "verify"), phase="verify"), rec)
+    return make_wrapper(step, Site(Target("m", "step"), cycle=True), rec)
+
+
+def test_timer_thread_flushes_an_idle_process_and_keeps_the_count_current(tmp_path: Path) -> None:
+    # GIVEN a recorder with the timer thread, interval 0.05 s, far from the record threshold
+    rec = Recorder(
+        RecorderConfig(
+            raw_dir=tmp_path / "raw", flush_records=10**6, flush_seconds=0.05, flush_thread=True
+        )
+    )
+    step = _steps(rec)
+    rec.flush()  # opens the stream (as the import hook does) and starts the timer
+    # WHEN the program records 4 cycles and then makes no call at all
+    for _ in range(4):
+        step()
+    assert rec._rows  # buffered, the program's threads did not flush
+    deadline = time.monotonic() + 5
+    while rec._rows and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    # THEN the timer thread wrote them, and process.json counts what is on disk
+    assert len(_disk(rec)) == 12
+    info = json.loads((rec.dir / PROCESS_FILE).read_text())
+    assert info["records"] == 12
+    assert info["buffered"] == 0
+    (timer,) = [t for t in threading.enumerate() if t.name == "tracekit-flush"]
+    assert timer.daemon
+    # and close stops it, with every record written once
+    rec.close()
+    timer.join(2)
+    assert not timer.is_alive()
+    assert len(_disk(rec)) == 12
+
+
+def test_flush_from_the_programs_thread_never_waits_for_the_lock(tmp_path: Path) -> None:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    rec.flush()
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with rec._lock:
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    held.wait(5)
+    t0 = time.monotonic()
+    assert rec.flush() is False  # another thread holds the lock: returns at once
+    assert rec.flush(until=time.monotonic() + 0.2) is False  # the bounded wait gives up
+    took = time.monotonic() - t0
+    release.set()
+    t.join(5)
+    assert 0.15 <= took < 1.0
+    assert rec.flush() is True
+    rec.close()
+
+
+# The window against merge: steps where some are no cycle by the map's rule (no draft inside).
+PREFILL = {0, 1, 4, 7, 8, 12, 15}
+N_STEPS = 24
+
+
+class _FakeRange:
+    def __init__(self, log: list[tuple[str, str, int]], name: str) -> None:
+        self.log = log
+        self.name = name
+
+    def __enter__(self) -> None:
+        self.log.append(("enter", self.name, time.time_ns()))
+
+    def __exit__(self, *exc: object) -> None:
+        self.log.append(("exit", self.name, time.time_ns()))
+
+
+def _fake_window(win: ProfileWindow, log: list[tuple[str, str, int]]) -> None:
+    def start() -> None:
+        win.active = True
+        log.append(("start", "", time.time_ns()))
+
+    def stop() -> None:
+        win.active = False
+        win.done = True
+        log.append(("stop", "", time.time_ns()))
+
+    win._start = start
+    win._stop = stop
+    win._rf = lambda name: _FakeRange(log, name)
+
+
+@pytest.mark.parametrize("rule", ["targets+require", "starts_with+require"])
+def test_profile_window_profiles_exactly_the_cycles_merge_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rule: str
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or ModuleType("torch"))
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    rec._is_compiling = lambda: False
+    rec._cuda = type("NoCuda", (), {"_initialized": False})()
+    log: list[tuple[str, str, int]] = []
+    rec.profile = ProfileWindow(CycleWindow(5, 5), rec.dir, require="draft")
+    _fake_window(rec.profile, log)
+
+    def draft() -> None:
+        pass
+
+    def verify() -> None:
+        pass
+
+    def prefill() -> None:
+        pass
+
+    dr = make_wrapper(draft, Site(Target("m", "draft"), phase="draft"), rec)
+    pf = make_wrapper(prefill, Site(Target("m", "prefill"), phase="prefill"), rec)
+    if rule == "targets+require":  # SGLang's map: a cycle-target call without a draft is none
+        ve = make_wrapper(verify, Site(Target("m", "verify"), phase="verify"), rec)
+
+        def body(i: int) -> None:
+            if i in PREFILL:
+                pf()
+            else:
+                dr()
+                ve()
+
+        step = make_wrapper(body, Site(Target("m", "step"), cycle=True), rec)
+        cfg: dict[str, Any] = {"require": "draft", "starts_with": None}
+    else:  # vLLM's map: a cycle starts at each verify, and needs a draft after it
+        ve = make_wrapper(
+            verify, Site(Target("m", "verify"), phase="verify", starts_cycle=True), rec
+        )
+
+        def step(i: int) -> None:
+            ve()
+            if i not in PREFILL:
+                dr()
+
+        cfg = {"require": "draft", "starts_with": "verify"}
+    for i in range(N_STEPS):
+        step(i)
+        time.sleep(0.0002)
+    rec.close()
+    # merge's numbering of the records on disk
+    _phases, cycles = _phases_and_cycles([dict(r, pid=1) for r in _disk(rec)], cfg)
+    assert len(cycles) == N_STEPS - len(PREFILL)
+    (t_start,) = [t for kind, _n, t in log if kind == "start"]
+    stops = [t for kind, _n, t in log if kind == "stop"]
+    t_stop = stops[0] if stops else time.time_ns()
+    inside = [c["cycle"] for c in cycles if t_start <= c["start_ns"] and c["end_ns"] <= t_stop]
+    assert inside == [5, 6, 7, 8, 9]
+    drafts = [t for kind, n, t in log if kind == "enter" and n == "tracekit/draft"]
+    assert len(drafts) == 5
+    marks = [t for kind, n, t in log if kind == "enter" and n == "tracekit/cycle"]
+    if rule == "targets+require":
+        # one cycle mark a cycle, none for the steps that are no cycle; each holds its draft
+        assert len(marks) == 5
+        assert all(m <= d for m, d in zip(marks, drafts, strict=True))
+    else:
+        assert marks == []  # starts_with cycles have no mark; the reports use the records
+
+
+def test_cycle_counter_numbers_as_merge_does() -> None:
+    c = CycleCounter("draft")
+    numbers = []
+    for raw, has_draft in enumerate([False, True, True, False, True]):
+        n = c.start(raw)
+        c.phase("verify", raw)
+        if has_draft:
+            c.phase("draft", raw)
+            c.phase("draft", raw)  # a second draft in the same cycle counts once
+            numbers.append(n)
+    assert numbers == [0, 1, 2]
+    assert c.count == 3
+    plain = CycleCounter(None)
+    assert [plain.start(r) for r in range(3)] == [0, 1, 2]
+
+
+def test_tracekit_disable_is_passed_to_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracekit.collectors import phasemap as pm
+    from tracekit.collectors.launcher import LaunchOptions, build_env
+
+    monkeypatch.setenv("TRACEKIT_DISABLE", "1")
+    pmap = pm.load(pm.builtin_path("demo"))
+    opts = LaunchOptions(command=["python"], phasemap_path=pm.builtin_path("demo"))
+    env = build_env(tmp_path, opts, pmap, tmp_path / "phasemap.toml")
+    assert env["TRACEKIT_DISABLE"] == "1"
+    assert env["TRACEKIT_FLUSH_SECONDS"] == "1.0"
