@@ -60,8 +60,3 @@ def top_kernels(
     )
     return out
 
-
-def unknown_comm(run_dir: Path, **kwargs: Path | None) -> list[str]:
-    """Names that look like communication but match no implementation entry."""
-    tk = top_kernels(run_dir, n=1_000_000, **kwargs)
-    return sorted(set(tk.filter(pl.col("allreduce_impl") == "unknown")["name"].to_list()))

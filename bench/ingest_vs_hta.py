@@ -30,7 +30,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "bench" / "_work"
-CORPUS = REPO.parent / "shared" / "corpus"
+# The development corpus beside the checkout (../shared/corpus); TRACEKIT_CORPUS overrides it
+# (a worktree whose parent has no shared/).
+CORPUS = Path(os.environ.get("TRACEKIT_CORPUS", REPO.parent / "shared" / "corpus"))
 SOURCE = CORPUS / "trace_diff_control" / "control.json.gz"
 SET_DIR = WORK / "control_x3_8rank"
 HTA_VENV = WORK / "hta-venv"

@@ -108,15 +108,19 @@ def _git(path: Path) -> dict[str, str]:
         res = subprocess.run(
             ["git", "-C", str(cand), *args], capture_output=True, text=True, timeout=10, check=False
         )
-        return res.stdout.strip() if res.returncode == 0 else ""
+        return res.stdout if res.returncode == 0 else ""
 
     try:
         out = {
-            "commit": run("rev-parse", "HEAD"),
-            "branch": run("rev-parse", "--abbrev-ref", "HEAD"),
+            "commit": run("rev-parse", "HEAD").strip(),
+            "branch": run("rev-parse", "--abbrev-ref", "HEAD").strip(),
         }
+        # `XY path` lines: the status letters' leading blank is part of the line, so cut each
+        # line as it is (stripping the whole output would eat the first path's first letter)
         dirty = [
-            line[3:] for line in run("status", "--porcelain", "--untracked-files=no").splitlines()
+            line[3:]
+            for line in run("status", "--porcelain", "--untracked-files=no").splitlines()
+            if line.strip()
         ]
         out["dirty"] = ",".join(dirty)
         return out

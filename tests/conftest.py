@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_TRACES = REPO / "sample_traces"
-# The shared corpus lives beside the checkout on the development machines only.
-CORPUS = REPO.parent / "shared" / "corpus"
+# The shared corpus lives beside the checkout on the development machines only;
+# TRACEKIT_CORPUS points elsewhere (a worktree whose parent has no shared/).
+CORPUS = Path(os.environ.get("TRACEKIT_CORPUS", REPO.parent / "shared" / "corpus"))
 
 
 @pytest.fixture

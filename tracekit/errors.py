@@ -6,6 +6,11 @@ the error's `exit_code` (2 for bad input). Anything else is a bug and keeps its 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tracekit.store.ingest import IngestResult
+
 
 class TracekitError(Exception):
     """Errors raised by tracekit."""
@@ -23,6 +28,18 @@ class TraceFormatError(InputError):
 
 class RankError(InputError):
     """A trace's rank cannot be determined, or two files claim one rank."""
+
+
+class IngestError(InputError):
+    """Several inputs could not be ingested; the others were. `result` says what was written.
+
+    A single bad input raises its own class (TraceFormatError, RankError, ...); every error
+    raised by `ingest` carries the `result` attribute.
+    """
+
+    def __init__(self, message: str, result: IngestResult) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class SchemaError(TracekitError):
@@ -46,12 +63,23 @@ class CollectorError(TracekitError):
     """The collector or launcher could not do its job."""
 
 
+class PortInUseError(TracekitError):
+    """`tracekit view` cannot bind its local port (another program holds it)."""
+
+
+class RankFailedError(TracekitError):
+    """A rank of the demo exited with an error (its traceback is above); exit status 1."""
+
+    exit_code = 1
+
+
 class MissingDependencyError(TracekitError):
     """An optional dependency is needed for this command."""
 
 
 class CommandError(TracekitError):
-    """A CLI error carrying its own exit code."""
+    """A CLI error carrying its own exit code. Raised by tracekit/cli only: library code raises
+    one of the classes above."""
 
     def __init__(self, *args: object, exit_code: int = 2) -> None:
         super().__init__(*args)

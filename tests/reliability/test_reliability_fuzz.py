@@ -28,7 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracekit.errors import TracekitError
-from tracekit.store.ingest import _ingest_one, _Task
+from tracekit.store.ingest import _ingest_one, _Task, ingest
+from tracekit.store.reader import read_table
 
 SEED = gzip.decompress(
     (
@@ -228,7 +229,16 @@ def test_atheris_fuzz_of_the_reader_finds_no_crash(tmp_path: Path) -> None:
     assert " cov: " in res.stderr  # instrumented: libFuzzer saw coverage
 
 
-def test_an_int_beyond_int64_in_a_string_arg_is_kept_as_text() -> None:
-    # found by the fuzzer in CI: `pa.array([2**63])` raises OverflowError, not ArrowInvalid
+def test_an_int_beyond_int64_in_a_string_arg_is_kept_as_text(tmp_path: Path) -> None:
+    # found by the fuzzer in CI: `pa.array([2**63])` raises OverflowError, not ArrowInvalid.
+    # GIVEN a one-event trace whose string arg holds an int beyond int64
     doc = {"traceEvents": [{"ph": "X", "ts": 0, "args": {"Collective name": 2**63}}]}
-    read_one(json.dumps(doc).encode(), ".json")
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    # WHEN it is ingested (an error here fails the test: reading it is the point)
+    result = ingest(path, tmp_path / "run", jobs=1)
+    # THEN the event is written, its arg kept as the decimal text
+    events = read_table(tmp_path / "run", "events")
+    assert result.events == 1
+    assert events["collective"].to_list() == [str(2**63)]
+    assert str(2**63) in events["args"][0]

@@ -34,13 +34,6 @@ PERFETTO_NAME = "tracekit.pftrace"
 NOISE_PREFIXES = ("USDT:",)
 
 
-def _have(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 @click.command(name="demo")
 @click.option(
     "--ranks",
@@ -128,7 +121,7 @@ def command(
         tracekit demo --simulate-accept-len 2.5
     """
     started = time.perf_counter()
-    if not _have("torch"):
+    if importlib.util.find_spec("torch") is None:  # the `collect` extra, not a core dependency
         msg = (
             "`torch` is required for `tracekit demo`. Please install using the command "
             "`pip install 'tracekit-spec[collect]'`"
@@ -161,18 +154,13 @@ def command(
             if simulate_accept_len is not None:
                 server += ["--simulate-accept-len", repr(simulate_accept_len)]
         missing: list[str] = []
-        if _have("tracekit.collectors.launcher"):
-            cmd = [
-                sys.executable, "-m", "tracekit", "launch", "--adapter", "demo",
-                "--mode", mode, "--out", str(out), "--name", name,
-            ]  # fmt: skip
-            if mode == "full":
-                cmd += ["--profile-cycles", profile_cycles]
-            code = _run([*cmd, "--", *server])
-        else:
-            missing.append("tracekit launch (tracekit.collectors): ran the demo uninstrumented")
-            run_dir.mkdir(parents=True)
-            code = _run(server)
+        cmd = [
+            sys.executable, "-m", "tracekit", "launch", "--adapter", "demo",
+            "--mode", mode, "--out", str(out), "--name", name,
+        ]  # fmt: skip
+        if mode == "full":
+            cmd += ["--profile-cycles", profile_cycles]
+        code = _run([*cmd, "--", *server])
         if code != 0:
             msg = f"the demo exited with code {code}; its messages are above"
             raise CommandError(msg, exit_code=code if code > 0 else 1)
@@ -252,23 +240,18 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:
 def _outputs(run_dir: Path, missing: list[str]) -> dict[str, Any]:
     """Summary, HTML report and Perfetto trace, each as far as its part exists."""
     done: dict[str, Any] = {}
-    steps: list[tuple[str, str, Callable[[], Any]]] = [
-        ("summary", "tracekit.analyzers.summary", lambda: _summary(run_dir)),
-        ("report", "tracekit.report.html", lambda: _report(run_dir)),
-        ("perfetto", "tracekit.export.perfetto", lambda: _perfetto(run_dir)),
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("summary", lambda: _summary(run_dir)),
+        ("report", lambda: _report(run_dir)),
+        ("perfetto", lambda: _perfetto(run_dir)),
     ]
     have_store = (run_dir / "store").is_dir()
-    for key, module, fn in steps:
+    for key, fn in steps:
         if not have_store:
             missing.append(f"{key}: the run has no merged store")
             continue
-        if not _have(module):
-            missing.append(f"{key}: `{module}` is not built yet")
-            continue
         try:
             done[key] = fn()
-        except ImportError as exc:
-            missing.append(f"{key}: {exc}")
         except TracekitError as exc:  # the run is kept; say what failed and go on
             missing.append(f"{key} failed: {exc}")
     return done

@@ -63,8 +63,8 @@ def command(
         tracekit ingest trace.json.gz --rank 0 -o run1
         tracekit temporal run1
     """
-    from tracekit.errors import InputError
-    from tracekit.store.ingest import IngestError, find_traces, ingest
+    from tracekit.errors import IngestError, InputError
+    from tracekit.store.ingest import find_traces, ingest
 
     if run_dir.exists() and not run_dir.is_dir():
         msg = f"{run_dir}: exists and is not a directory; pass a directory with `-o`"

@@ -84,10 +84,8 @@ EVENT_COLUMNS = (
 
 def _read_columns() -> list[str]:
     """EVENT_COLUMNS and the analyzers' columns (one read of the events table serves both)."""
-    try:
-        from tracekit.analyzers._load import EVENT_COLUMNS as ANALYZER_COLUMNS
-    except ImportError:
-        return list(EVENT_COLUMNS)
+    from tracekit.analyzers._load import EVENT_COLUMNS as ANALYZER_COLUMNS
+
     return list(dict.fromkeys([*EVENT_COLUMNS, *ANALYZER_COLUMNS]))
 
 
@@ -287,24 +285,16 @@ def _rank_analysis(
     events: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
     """(phase instances, breakdown) of one rank from `tracekit.analyzers` (the same per-rank
-    steps `breakdown()` runs), or the collector's phases table when the analyzers are absent.
+    steps `breakdown()` runs).
 
     `events`: the rank's events table as the export read it (with the analyzers' columns), so
     the analyzers need not read it again."""
-    try:
-        from tracekit.analyzers._load import prime_events
-        from tracekit.analyzers.allreduce import load_impl_table
-        from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
-        from tracekit.analyzers.phases import rank_phases
-        from tracekit.analyzers.rules import load_rules
-    except ImportError:
-        notes.append("breakdown unavailable: `tracekit.analyzers` is not installed")
-        if tables["phases"] and rank in reader.ranks(run_dir, "phases"):
-            ph = reader.read_table(run_dir, "phases", rank=rank)
-            return ph.select(
-                "rank", "cycle", "phase", "start_ns", "end_ns", "depth", "parent"
-            ), None
-        return None, None
+    from tracekit.analyzers._load import prime_events
+    from tracekit.analyzers.allreduce import load_impl_table
+    from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
+    from tracekit.analyzers.phases import rank_phases
+    from tracekit.analyzers.rules import load_rules
+
     try:
         if events is not None:
             prime_events(run_dir, rank, events)

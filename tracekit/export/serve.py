@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from tracekit.errors import CommandError
+from tracekit.errors import PortInUseError
 
 UI_ORIGIN = "https://ui.perfetto.dev"
 DEFAULT_PORT = 9001
@@ -120,7 +120,7 @@ def make_server(
                 f"port {port} on {HOST} is in use (a running `trace_processor server http` uses "
                 f"it too); stop that program, or pass --port N (the public UI only fetches from {DEFAULT_PORT})"
             )
-            raise CommandError(msg) from exc
+            raise PortInUseError(msg) from exc
         raise
     server.file = Path(file).resolve()
     server.served = False

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracekit.errors import InputError, RankError, TracekitError
+from tracekit.errors import IngestError, InputError, RankError, TracekitError
 from tracekit.store.layout import RunLayout
 from tracekit.store.schema import TABLES
 from tracekit.store.writer import conform, with_metadata
@@ -58,18 +58,6 @@ class IngestResult:
     @property
     def events(self) -> int:
         return sum(f.events for f in self.files)
-
-
-class IngestError(InputError):
-    """Several inputs could not be ingested; the others were. `result` says what was written.
-
-    A single bad input raises its own class (TraceFormatError, RankError, ...); every error
-    raised by `ingest` carries the `result` attribute.
-    """
-
-    def __init__(self, message: str, result: IngestResult) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 @dataclass(frozen=True)

@@ -57,30 +57,3 @@ def write_partition(run_dir: Path, table: str, rank: int, data: pa.Table, *, par
     tmp.replace(path)
     return path
 
-
-class PartitionWriter:
-    """Stream record batches of one (table, rank) into a single Parquet file, bounded memory."""
-
-    def __init__(self, run_dir: Path, table: str, rank: int, *, part: int = 0) -> None:
-        self.table = table
-        self.schema = with_metadata(TABLES[table])
-        out_dir = RunLayout(Path(run_dir)).partition_dir(table, rank)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = out_dir / f"part-{part}.parquet"
-        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
-        self.rows = 0
-
-    def write(self, data: pa.Table) -> None:
-        data = conform(self.table, data).replace_schema_metadata(self.schema.metadata)
-        self._writer.write_table(data)
-        self.rows += data.num_rows
-
-    def close(self) -> Path:
-        self._writer.close()
-        self._tmp.replace(self.path)
-        return self.path
-
-    def abort(self) -> None:
-        self._writer.close()
-        self._tmp.unlink(missing_ok=True)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections import Counter
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from tests.outputs_synth import FILL, GEMM, NCCL, make_run
 from tests.pftrace_read import ReadBack, read_back
 from tracekit.errors import InputError, StoreError
 from tracekit.export.perfetto import export, write_perfetto
+from tracekit.store import reader
 from tracekit.store.reader import read_table
+from tracekit.store.schema import SCHEMA_VERSION
 
 
 def _rank_tracks(rb: ReadBack) -> dict[int, int]:
@@ -182,10 +186,16 @@ def test_names_are_interned_once_per_rank(run: tuple[Path, ReadBack]) -> None:
 
 
 def test_metadata_records_versions(run: tuple[Path, ReadBack]) -> None:
-    _, rb = run
+    run_dir, rb = run
+    # the versions the store's own files were written with (Parquet key-value metadata), and
+    # the installed distribution's version
+    _, part = reader.table_files(run_dir, "events")[0]
+    meta_kv = pq.read_schema(part).metadata
+    store_schema = int(meta_kv[b"tracekit.schema_version"])
     meta = next(s for s in rb.instants if s.name == "tracekit run")
-    assert meta.args["schema_version"] == 1
-    assert meta.args["tracekit_version"]
+    assert meta.args["schema_version"] == store_schema == SCHEMA_VERSION
+    assert meta.args["tracekit_version"] == importlib.metadata.version("tracekit-spec")
+    assert meta.args["tracekit_version"] == meta_kv[b"tracekit.version"].decode()
 
 
 def test_light_run_without_events_still_has_phases(tmp_path: Path) -> None:

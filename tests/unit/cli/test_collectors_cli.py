@@ -1,11 +1,9 @@
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tracekit.collectors.launcher import _python_flags_warning, create_run_dir, default_name
 
 from tracekit.cli import cli
 
@@ -51,19 +49,3 @@ def test_launch_and_merge_help() -> None:
         res = CliRunner().invoke(cli, [cmd, "--help"])
         assert res.exit_code == 0
         assert "Example:" in res.output
-
-
-def test_two_launches_never_share_a_run_directory(tmp_path: Path) -> None:
-    dirs = [create_run_dir(tmp_path, "same") for _ in range(3)]
-    assert [d.name for d in dirs] == ["same", "same-1", "same-2"]
-    assert all(d.is_dir() for d in dirs)
-
-
-def test_default_name_and_interpreter_flags() -> None:
-    assert default_name([sys.executable, "-m", "sglang.launch_server", "--tp", "8"]).endswith(
-        "-sglang.launch_server"
-    )
-    assert default_name(["vllm", "serve", "m"]).endswith("-vllm")
-    assert _python_flags_warning(["python", "-I", "x.py"]) is not None
-    assert _python_flags_warning(["python3", "-u", "x.py"]) is None
-    assert _python_flags_warning(["vllm", "-E"]) is None
