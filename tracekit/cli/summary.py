@@ -74,12 +74,16 @@ def render(summary: dict[str, Any]) -> None:
             fmt(p["wall_ms_p90"]),
             fmt(p["wall_ms_mean"]),
             fmt(p["forward_pct"], 1),
-            fmt(p["allreduce_pct"], 1),
+            fmt(p["allreduce_pct"], 1)
+            if summary.get("allreduce_measured", True)
+            else "not measured",
             fmt(p["overhead_pct"], 1),
             "-" if p["graph_replayed_frac"] is None else f"{100 * p['graph_replayed_frac']:.0f}%",
             impls,
         )
     print_table(console, table)
+    if summary.get("allreduce_note"):
+        console.print(summary["allreduce_note"])
     skew = summary.get("skew") or {}
     if skew and max(p["ranks"] for p in skew.values()) > 1:
         st = new_table(

@@ -429,6 +429,8 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
         notes.append(
             "Light-mode run: the breakdown comes from CUDA-event spans per phase, not from kernels (approximate)."
         )
+    if sm.get("allreduce_note"):
+        notes.append(sm["allreduce_note"])
     if sm.get("unknown_comm_kernels"):
         notes.append(
             "Communication-looking kernels no allreduce implementation matched: "
@@ -441,7 +443,7 @@ def _headline(run: _Run, be: dict[str, Any]) -> Section:
             fmt(v["wall_ms_p50"], 3),
             fmt(v["wall_ms_p90"], 3),
             fmt(v["forward_pct"], 1),
-            fmt(v["allreduce_pct"], 1),
+            fmt(v["allreduce_pct"], 1) if sm.get("allreduce_measured", True) else "not measured",
             fmt(v["overhead_pct"], 1),
         ]
         for p, v in sorted(sm["phases"].items())

@@ -50,6 +50,10 @@ from tracekit.errors import InputError
         ),
         ("rcclGenericKernel<1>", "rccl"),
         ("gloo:all_reduce", "gloo"),
+        # vLLM's CPU build (CpuCommunicator's shared-memory collectives)
+        ("_C::shm_allreduce", "vllm_cpu_shm"),
+        ("_C::shm_all_gather", "vllm_cpu_shm:all_gather"),
+        ("_C::shm_gather", "vllm_cpu_shm:gather"),
         ("c10d::allreduce_", "c10d"),
         ("record_param_comms", "c10d"),
         ("quick_ar_kernel<bf16>", "unknown"),

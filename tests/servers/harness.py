@@ -1,0 +1,157 @@
+"""Running vLLM (CPU build) with and without `tracekit launch`, and reading what each run gave.
+
+vLLM's CPU platform wants `VLLM_CPU_KVCACHE_SPACE` (GiB of KV cache), and for TP 2 one core a
+rank (`VLLM_CPU_OMP_THREADS_BIND=0|1`, no reserved core): these machines have two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.store.reader import read_table
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TRACEKIT = str(BIN / "tracekit")
+RESULTS = Path(__file__).resolve().parent / ".results"
+RUN_TIMEOUT_S = 600
+
+
+def vllm_env(tp: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env["PYTHONPATH"] = str(REPO) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    if tp > 1:
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(i) for i in range(tp)))
+        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    env.pop("TRACEKIT_RUN_DIR", None)
+    return env
+
+
+@dataclass
+class Run:
+    """One offline run: what the driver printed (tokens, vLLM's counters, tokens/s) and, when
+    instrumented, the run directory and the launcher's stderr."""
+
+    result: dict[str, Any]
+    rc: int
+    stderr: str
+    wall_s: float
+    run_dir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def offline(
+    tmp: Path,
+    method: str,
+    *,
+    tp: int = 1,
+    compiled: bool = False,
+    instrumented: bool = True,
+    mode: str = "light",
+    profile_cycles: str | None = None,
+    name: str = "run",
+) -> Run:
+    out = tmp / f"{name}.json"
+    driver = [
+        sys.executable, "-m", "tests.servers.offline", "--method", method, "--tp", str(tp),
+        "--out", str(out),
+    ]  # fmt: skip
+    if compiled:
+        driver.append("--compiled")
+    cmd = driver
+    run_dir = None
+    if instrumented:
+        cmd = [
+            TRACEKIT,
+            "launch",
+            "--adapter",
+            "vllm",
+            "--mode",
+            mode,
+            "--out",
+            str(tmp),
+            "--name",
+            name,
+        ]
+        if profile_cycles:
+            cmd += ["--profile-cycles", profile_cycles]
+        cmd += ["--", *driver]
+        run_dir = tmp / name
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd, env=vllm_env(tp), cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        check=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    (tmp / f"{name}.stderr").write_text(proc.stderr)
+    assert out.is_file(), (
+        f"{' '.join(cmd)} wrote no result (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
+    )
+    return Run(json.loads(out.read_text()), proc.returncode, proc.stderr, wall, run_dir)
+
+
+def cli_json(*args: str) -> Any:
+    proc = subprocess.run(
+        [TRACEKIT, *args, "--json"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, f"tracekit {' '.join(args)}: {proc.stderr[-3000:]}"
+    return json.loads(proc.stdout)
+
+
+def cycles(run_dir: Path) -> pl.DataFrame:
+    return read_table(run_dir, "cycles")
+
+
+def vllm_accept(counters: dict[str, float]) -> float | None:
+    """vLLM's mean acceptance length: 1 + accepted / drafts (vllm/v1/spec_decode/metrics.py)."""
+    drafts = counters.get("vllm:spec_decode_num_drafts", 0.0)
+    if not drafts:
+        return None
+    return 1.0 + counters.get("vllm:spec_decode_num_accepted_tokens", 0.0) / drafts
+
+
+def tracekit_accept(cyc: pl.DataFrame, rank: int = 0) -> tuple[float | None, int]:
+    """Mean acceptance over every cycle of `rank` that verified a draft (all cycles, warm-up
+    included, as vLLM's counters count), and how many such cycles."""
+    got = cyc.filter((pl.col("rank") == rank) & pl.col("accept_len").is_not_null())
+    if got.height == 0:
+        return None, 0
+    return float(got["accept_len"].mean()), got.height  # type: ignore[arg-type]
+
+
+def clean_exit(run: Run) -> None:
+    assert run.rc == 0, f"exit code {run.rc}:\n{run.stderr[-3000:]}"
+    # vLLM prints tracebacks of its own (an "Exception ignored in" a oneDNN handler's __del__
+    # under torch.compile): only one through tracekit's code fails the run
+    for tb in run.stderr.split("Traceback (most recent call last)")[1:]:
+        frames = re.findall(r'File "([^"]+)"', tb.split("\n\n")[0])
+        assert not any("/collectors/" in f or "/tracekit/" in f for f in frames), tb[:3000]
+    assert "tracekit: recorder failed" not in run.stderr, run.stderr[-3000:]
+    if run.run_dir is not None:
+        manifest = json.loads((run.run_dir / "run.json").read_text())
+        assert manifest["status"] == "finished"
+        assert manifest["exit_code"] == 0
+        assert "could not merge" not in run.stderr
+
+
+def record(row: dict[str, Any]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    with (RESULTS / "results.jsonl").open("a") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def component_lines(stderr: str) -> list[str]:
+    return re.findall(r"^tracekit: pid \d+: (.*)$", stderr, flags=re.M)
