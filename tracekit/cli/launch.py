@@ -65,6 +65,19 @@ import click
     help="Each process writes its records at least this often, also while idle (a timer "
     "thread), so a process killed with SIGKILL loses at most this much.",
 )
+@click.option(
+    "--node-rank",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Multi-node: this node's rank; its part goes to OUT/NAME/parts/node-K (default: the "
+    "command's --node-rank, else NODE_RANK). See docs/multinode.md.",
+)
+@click.option(
+    "--nnodes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Multi-node: the number of nodes (default: the command's --nnodes, else NNODES).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     adapter: str | None,
@@ -76,6 +89,8 @@ def command(
     no_merge: bool,
     grace: float,
     flush_seconds: float,
+    node_rank: int | None,
+    nnodes: int | None,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD with the draft, verify and allreduce phases of every rank recorded.
@@ -117,6 +132,8 @@ def command(
         merge=not no_merge,
         grace_s=grace,
         flush_seconds=flush_seconds,
+        node_rank=node_rank,
+        nnodes=nnodes,
     )
     result = launch(opts)
     click.echo(f"Run directory: {result.run_dir}", err=True)
@@ -129,7 +146,11 @@ def command(
             f"{m.counters} counter samples, {m.events} events",
             err=True,
         )
-        click.echo(f"Next: tracekit summary {result.run_dir}", err=True)
+        if result.run_manifest.get("node_rank") is not None:
+            run = result.run_dir.parent.parent
+            click.echo(f"Next, once every node finished: tracekit merge {run}", err=True)
+        else:
+            click.echo(f"Next: tracekit summary {result.run_dir}", err=True)
     else:
         click.echo(f"Next: tracekit merge {result.run_dir}", err=True)
     sys.exit(result.exit_code)
