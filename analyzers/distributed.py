@@ -37,9 +37,7 @@ class RankResult:
     unknown: tuple[str, ...] = ()
 
 
-def analyze_rank(
-    run_dir: str, rank: int, rules: RuleTable, table: ImplTable
-) -> RankResult | None:
+def analyze_rank(run_dir: str, rank: int, rules: RuleTable, table: ImplTable) -> RankResult | None:
     """One rank's share of `analyze`; None when the rank has no phases at all."""
     from tracekit.analyzers.breakdown import (
         _top,
@@ -59,9 +57,7 @@ def analyze_rank(
     if _top(rp).height == 0:
         return RankResult(rank, counts)
     ivals = rank_intervals(path, rp, table)
-    unknown = (
-        ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String).to_list()
-    )
+    unknown = ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String).to_list()
     comm = collective_rows(rp, ivals[0])
     bd = rank_breakdown(path, rp, table, ivals)
     cyc = cycle_frame(bd, rp.cycles)

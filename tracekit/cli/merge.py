@@ -123,6 +123,11 @@ def _join(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json
                 f"offset {c.offset_ns / 1e3:+.1f} us +- {(c.error_ns or 0) / 1e3:.1f} us "
                 f"({c.anchors} collectives, spread {(c.spread_ns or 0) / 1e3:.1f} us)"
             )
+            if c.bound_low_ns is not None and c.bound_high_ns is not None:
+                how += (
+                    f", within [{c.bound_low_ns / 1e3:+.1f}, {c.bound_high_ns / 1e3:+.1f}] us "
+                    "by causality"
+                )
         else:
             how = c.method
         click.echo(f"  {c.part} ({c.host or 'host ?'}): {how}", err=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -66,13 +67,17 @@ class PartClock:
     error_ns: float | None  # standard error of the offset (None: unknown, wall clock)
     spread_ns: float | None  # robust spread of one collective's difference
     source: str  # "phases" (collector), "events" (Kineto), "" (none)
+    # hard bounds from causality, relative to offset_ns: the true offset is in
+    # [offset + bound_low_ns, offset + bound_high_ns] (None: unknown)
+    bound_low_ns: int | None = None
+    bound_high_ns: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-# Anchors of one part: key (cycle, k) -> list of end times (one per rank of the part).
-Anchors = dict[tuple[int, int], list[int]]
+# Anchors of one part: key (cycle, k) -> [(start, end)] of that collective, one per rank.
+Anchors = dict[tuple[int, int], list[tuple[int, int]]]
 
 
 def anchors_from_phases(table: pa.Table) -> Anchors:
@@ -84,19 +89,18 @@ def anchors_from_phases(table: pa.Table) -> Anchors:
     t = table.filter(pa.array(keep))
     if t.num_rows == 0:
         return {}
-    gpu = t.column("gpu_end_ns") if "gpu_end_ns" in t.column_names else None
-    end = t.column("end_ns")
-    if gpu is not None and pc.all(pc.is_valid(gpu)).as_py():
-        end = gpu
+    start, end = t.column("start_ns"), t.column("end_ns")
+    if "gpu_end_ns" in t.column_names and pc.all(pc.is_valid(t.column("gpu_end_ns"))).as_py():
+        start, end = t.column("gpu_start_ns"), t.column("gpu_end_ns")
     order = np.lexsort((t.column("start_ns").to_numpy(), t.column("cycle").to_numpy()))
     cycles = t.column("cycle").to_numpy()[order]
-    ends = end.to_numpy()[order]
+    starts, ends = start.to_numpy()[order], end.to_numpy()[order]
     out: Anchors = {}
     k, last = 0, None
-    for c, e in zip(cycles.tolist(), ends.tolist(), strict=True):
+    for c, s0, e in zip(cycles.tolist(), starts.tolist(), ends.tolist(), strict=True):
         k = k + 1 if c == last else 0
         last = c
-        out[(int(c), k)] = [int(e)]
+        out[(int(c), k)] = [(int(s0), int(e))]
     return out
 
 
@@ -119,8 +123,9 @@ def anchors_from_events(table: pa.Table) -> Anchors:
         if idx:
             sel = np.asarray(idx)
             order = np.argsort(starts[sel], kind="stable")
-            ends = (starts[sel] + durs[sel])[order]
-            return {(-1, k): [int(e)] for k, e in enumerate(ends.tolist())}
+            s0 = starts[sel][order].tolist()
+            e = (starts[sel] + durs[sel])[order].tolist()
+            return {(-1, k): [(int(a), int(b))] for k, (a, b) in enumerate(zip(s0, e, strict=True))}
     return {}
 
 
@@ -145,40 +150,104 @@ def part_anchors(part_dir: Path) -> tuple[Anchors, str]:
     return {}, ""
 
 
-def estimate(
-    ref: Anchors, other: Anchors, *, min_anchors: int = MIN_ANCHORS
-) -> tuple[int, int, float, float] | None:
-    """(offset_ns, anchors, error_ns, spread_ns) of `other` against `ref`, or None when they
-    have fewer than `min_anchors` collectives in common."""
+@dataclass(frozen=True)
+class Estimate:
+    offset_ns: int
+    anchors: int
+    error_ns: float
+    spread_ns: float
+    # causality: no rank leaves a collective before the last one entered it, so the offset lies
+    # in [low_ns, high_ns] whatever the latencies (None when the anchors contradict it)
+    low_ns: int | None
+    high_ns: int | None
+
+
+def _ends_estimate(d: np.ndarray, last: np.ndarray) -> float:
+    """The median end difference, balanced over who entered last: the rank that enters a
+    collective last leaves it at once, the others after a wake-up, so with one side mostly
+    last the plain median leans by a wake-up. With both sides last often enough, the mean of
+    the two sides' medians cancels that (if wake-ups are alike on both)."""
+    med = float(np.median(d))
+    if last.sum() >= MIN_SIDE and (~last).sum() >= MIN_SIDE:
+        return (float(np.median(d[last])) + float(np.median(d[~last]))) / 2
+    return med
+
+
+MIN_SIDE = 5
+
+
+def estimate(ref: Anchors, other: Anchors, *, min_anchors: int = MIN_ANCHORS) -> Estimate | None:
+    """The offset of `other`'s clock against `ref`'s, or None when they have fewer than
+    `min_anchors` collectives in common."""
     keys = sorted(set(ref) & set(other))
     if len(keys) < min_anchors:
         return None
-    d = np.array(
-        [float(np.median(other[k])) - float(np.median(ref[k])) for k in keys], dtype=np.float64
-    )
+    # epoch nanoseconds need 61 bits, float64 holds 53: work relative to one base time
+    base = min(e for k in keys for _, e in ref[k])
+
+    def col(anchors: Anchors, pick: Callable[[list[tuple[int, int]]], float]) -> np.ndarray:
+        return np.array(
+            [pick([(s - base, e - base) for s, e in anchors[k]]) for k in keys], dtype=np.float64
+        )
+
+    def median_end(v: list[tuple[int, int]]) -> float:
+        return float(np.median([e for _, e in v]))
+
+    def last_in(v: list[tuple[int, int]]) -> float:
+        return float(max(s for s, _ in v))
+
+    def first_out(v: list[tuple[int, int]]) -> float:
+        return float(min(e for _, e in v))
+
+    r_end, o_end = col(ref, median_end), col(other, median_end)
+    r_in, o_in = col(ref, last_in), col(other, last_in)
+    r_out, o_out = col(ref, first_out), col(other, first_out)
+    d = o_end - r_end
+    theta = float(np.median(d))
+    for _ in range(2):  # who entered last depends on the offset: refine twice
+        theta = _ends_estimate(d, (o_in - theta) > r_in)
     med = float(np.median(d))
     spread = 1.4826 * float(np.median(np.abs(d - med)))
     error = 1.2533 * spread / math.sqrt(len(d))
-    return round(med), len(d), error, spread
+    low = float(np.max(o_in - r_out))
+    high = float(np.min(o_out - r_in))
+    lo: int | None = None
+    hi: int | None = None
+    if low <= high:
+        theta = min(max(theta, low), high)
+        lo, hi = round(low), round(high)
+    return Estimate(round(theta), len(d), error, spread, lo, hi)
 
 
-def align(
-    parts: list[tuple[str, str, Path]], *, min_anchors: int = MIN_ANCHORS
-) -> list[PartClock]:
+def align(parts: list[tuple[str, str, Path]], *, min_anchors: int = MIN_ANCHORS) -> list[PartClock]:
     """Clock corrections of `parts` ((name, host, store directory) each; the first is the
     reference)."""
     if not parts:
         return []
     found = [part_anchors(p) for _, _, p in parts]
     ref, ref_source = found[0]
-    out = [PartClock(parts[0][0], parts[0][1], 0, "reference", len(ref), 0.0, 0.0, ref_source)]
+    out = [
+        PartClock(parts[0][0], parts[0][1], 0, "reference", len(ref), 0.0, 0.0, ref_source, 0, 0)
+    ]
     for (name, host, _), (anchors, source) in zip(parts[1:], found[1:], strict=True):
         est = estimate(ref, anchors, min_anchors=min_anchors) if ref_source == source else None
         if est is None:
             out.append(PartClock(name, host, 0, "wall clock", 0, None, None, ""))
             continue
-        offset, n, error, spread = est
-        out.append(PartClock(name, host, offset, "collectives", n, error, spread, source))
+        out.append(
+            PartClock(
+                name,
+                host,
+                est.offset_ns,
+                "collectives",
+                est.anchors,
+                est.error_ns,
+                est.spread_ns,
+                source,
+                None if est.low_ns is None else est.low_ns - est.offset_ns,
+                None if est.high_ns is None else est.high_ns - est.offset_ns,
+            )
+        )
     return out
 
 

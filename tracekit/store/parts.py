@@ -295,6 +295,8 @@ def _write_node_rows(out: Path, rank: int, p: Part, c: clk.PartClock, nnodes: in
         "clock_error_ns": "" if c.error_ns is None else f"{c.error_ns:.0f}",
         "clock_spread_ns": "" if c.spread_ns is None else f"{c.spread_ns:.0f}",
         "clock_anchors": str(c.anchors),
+        "clock_bound_low_ns": "" if c.bound_low_ns is None else str(c.bound_low_ns),
+        "clock_bound_high_ns": "" if c.bound_high_ns is None else str(c.bound_high_ns),
     }
     t = pa.table(
         {
@@ -306,7 +308,9 @@ def _write_node_rows(out: Path, rank: int, p: Part, c: clk.PartClock, nnodes: in
     )
     d = RunLayout(out).partition_dir("manifests", rank)
     d.mkdir(parents=True, exist_ok=True)
-    pq.write_table(t.replace_schema_metadata(with_metadata(t.schema).metadata), d / NODE_MANIFEST_PART)
+    pq.write_table(
+        t.replace_schema_metadata(with_metadata(t.schema).metadata), d / NODE_MANIFEST_PART
+    )
 
 
 def _write_run(out: Path, result: JoinResult) -> None:
