@@ -45,6 +45,7 @@ BREAKDOWN_COLUMNS = [
     "unattributed_ns",
     "graph_launches",
     "device_end_ns",
+    "gpu_timed",
 ]
 
 
@@ -304,9 +305,19 @@ def rank_breakdown(
     intervals: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
     """Breakdown rows (BREAKDOWN_COLUMNS) of one rank's top-level phase instances."""
-    top = _top(rp).select("inst", "rank", "cycle", "phase", "start_ns", "end_ns")
+    top = _top(rp)
     if top.height == 0:  # phases but no cycle on this rank: nothing to break down
         return _empty_breakdown()
+    # gpu_timed (light mode): the instance's device interval is its CUDA-event span; false
+    # where it is its CPU range (a CPU run, or a cycle `--gpu-sample N` left untimed); null for
+    # trace-based rows (the trace's activities are the device timeline)
+    if rp.approximate and "gpu_start_ns" in top.columns and "gpu_end_ns" in top.columns:
+        timed = pl.col("gpu_start_ns").is_not_null() & pl.col("gpu_end_ns").is_not_null()
+    else:
+        timed = pl.lit(None, dtype=pl.Boolean)
+    top = top.select(
+        "inst", "rank", "cycle", "phase", "start_ns", "end_ns", timed.alias("gpu_timed")
+    )
     ivals, extras = intervals or rank_intervals(run_dir, rp, table)
     parts = split(ivals, _window_start(rp))
     accept = rp.cycles.select("cycle", "accept_len")
@@ -348,6 +359,7 @@ def _empty_breakdown() -> pl.DataFrame:
         "allreduce_impl": pl.String,
         "accept_len": pl.Float64,
         "graph_kernel_frac": pl.Float64,
+        "gpu_timed": pl.Boolean,
     }
     return pl.DataFrame(schema={c: schema.get(c, pl.Int64) for c in BREAKDOWN_COLUMNS})
 
@@ -405,7 +417,7 @@ def analyze(
         comms.append(collective_rows(rp, ivals[0]))
         bd = rank_breakdown(run_dir, rp, table, ivals)
         bds.append(bd)
-        cyc = cycle_frame(bd, rp.cycles)
+        cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
         cycs.append(cyc)
         recs.append(recorded_cycles(run_dir, rp, table, cyc))
     if not bds:
@@ -441,7 +453,9 @@ def recorded_cycles(
     light = _from_collector(records, _load.read_rank_table(run_dir, "cycles", rp.rank), rp.rank)
     if _top(light).height == 0:
         return own
-    all_cycles = cycle_frame(rank_breakdown(run_dir, light, table), light.cycles)
+    all_cycles = cycle_frame(
+        rank_breakdown(run_dir, light, table), light.cycles, outside_cycles(light)
+    )
     window = set(own["cycle"].to_list())
     return all_cycles.select(
         "rank",
@@ -484,16 +498,33 @@ def breakdown(
     return analyze(run_dir, rules=rules, impl_table=impl_table).breakdown
 
 
-def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
+def outside_cycles(rp: RankPhases) -> pl.DataFrame:
+    """Start times of the rank's top-level phase instances that belong to no cycle (a new
+    request's prefill, a phase the cycle rule does not count): the work that makes a gap
+    between two cycles part of neither."""
+    starts: pl.DataFrame = rp.instances.filter(
+        (pl.col("depth") == 0) & (pl.col("cycle") < 0)
+    ).select(pl.col("start_ns").alias("_os"))
+    return starts
+
+
+def cycle_frame(
+    bd: pl.DataFrame, cycles: pl.DataFrame, outside: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Per (rank, cycle) of one rank: wall_ns (sum of its phases), device_end_ns, span_ns:
     from the previous cycle's device end (first cycle: its CPU start) to its own device end,
     and time_ns: span_ns less the gap between cycles (from the later of the previous cycle's
-    CPU end and device end to this cycle's CPU start), the cycle time of docs/DEFINITIONS.md."""
+    CPU end and device end to this cycle's CPU start) when the host ran work of no cycle in it
+    (`outside`: start_ns of such instances, as `_os`) or the gap is longer than the rank's
+    median cycle span; the cycle time of docs/DEFINITIONS.md. A shorter gap with no such work
+    (the decode loop's own bookkeeping between two phases: sampling, stopping checks) is the
+    cycles' time and stays in it."""
     per = bd.group_by("rank", "cycle").agg(
         pl.col("wall_ns").sum(),
         pl.col("device_end_ns").max(),
         pl.col("approximate").any(),
         pl.len().alias("phases"),
+        pl.col("gpu_timed").all().alias("gpu_timed"),  # null when every row's is null
     )
     cyc = (
         cycles.select(
@@ -509,11 +540,25 @@ def cycle_frame(bd: pl.DataFrame, cycles: pl.DataFrame) -> pl.DataFrame:
     )
     prev = pl.col("device_end_ns").shift(1)
     span = pl.col("device_end_ns") - prev.fill_null(pl.col("cpu_start_ns"))
-    # between cycles: the host ran no cycle and the device had no cycle's work (a new
-    # request's prefill, the scheduler, a profiler starting): part of no cycle's time
-    gap = pl.col("cpu_start_ns") - pl.max_horizontal(prev, pl.col("_cpu_end").shift(1))
+    # between cycles: the host ran no cycle and the device had no cycle's work, and the host
+    # ran work of no cycle there (a new request's prefill): part of no cycle's time
+    gap_start = pl.max_horizontal(prev, pl.col("_cpu_end").shift(1))
+    cyc = cyc.with_columns(gap_start.alias("_gs"))
+    if outside is not None and outside.height:
+        cyc = cyc.join_asof(
+            outside.sort("_os"), left_on="cpu_start_ns", right_on="_os", strategy="backward"
+        )
+        foreign = pl.col("_os").is_not_null() & (pl.col("_os") >= pl.col("_gs"))
+    else:
+        cyc = cyc.with_columns(pl.lit(None, dtype=pl.Int64).alias("_os"))
+        foreign = pl.lit(False)
+    # ... or a pause longer than the rank's median cycle span (torch.profiler starting or
+    # stopping, a request arriving): no decode loop's own bookkeeping takes a whole cycle
+    raw_gap = pl.col("cpu_start_ns") - pl.col("_gs")
+    long = raw_gap > span.median()
+    gap = pl.when(foreign | long).then(raw_gap).otherwise(0)
     return cyc.with_columns(
         span.alias("span_ns"),
         # the cycle time of summary, breakeven and the steady state (docs/DEFINITIONS.md)
         (span - gap.clip(lower_bound=0).fill_null(0)).fill_null(0).alias("time_ns"),
-    ).drop("_cpu_end")
+    ).drop("_cpu_end", "_gs", "_os")

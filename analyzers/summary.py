@@ -18,12 +18,24 @@ def _f(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
+def _timed(rows: pl.DataFrame) -> pl.DataFrame:
+    """The GPU-timed rows when some rows are and some are not (light mode with `--gpu-sample
+    N`: statistics come from the sampled cycles), else all rows."""
+    if "gpu_timed" not in rows.columns:
+        return rows
+    timed = rows.filter(pl.col("gpu_timed").fill_null(False))
+    return timed if 0 < timed.height < rows.height else rows
+
+
 def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
     """Per phase name: count, wall ms mean/p50/p90, forward/allreduce/overhead % of the summed
-    wall time, share of instances that replayed a graph, allreduce implementation counts."""
+    wall time, share of instances that replayed a graph, allreduce implementation counts.
+    With GPU-sampled light-mode runs the times and shares come from the GPU-timed instances
+    (`gpu_timed_count` of the `count`)."""
     out: dict[str, dict[str, Any]] = {}
     for phase in sorted(bd["phase"].unique().to_list()):
-        rows = bd.filter(pl.col("phase") == phase)
+        every = bd.filter(pl.col("phase") == phase)
+        rows = _timed(every)
         wall = rows["wall_ns"].cast(pl.Float64) / NS_PER_MS
         total = int(rows["wall_ns"].sum())
 
@@ -37,7 +49,10 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
             .sort("allreduce_impl")
         )
         out[phase] = {
-            "count": rows.height,
+            "count": every.height,
+            "gpu_timed_count": int(every["gpu_timed"].fill_null(False).sum())
+            if "gpu_timed" in every.columns
+            else 0,
             "wall_ms_mean": _f(wall.mean()),
             "wall_ms_p50": _f(wall.median()),
             "wall_ms_p90": _f(wall.quantile(0.9, interpolation="linear")),
@@ -82,6 +97,13 @@ def cycle_totals(recorded: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+def _timed_cycles(cycles: pl.DataFrame) -> int:
+    """Cycles (rank, cycle) whose phases all carry CUDA-event times (light mode)."""
+    if "gpu_timed" not in cycles.columns:
+        return 0
+    return int(cycles["gpu_timed"].fill_null(False).sum())
+
+
 def _profiled(analysis: Analysis) -> list[int] | None:
     rec = analysis.recorded
     if rec.height == 0 or bool(rec["profiled"].all()) or not bool(rec["profiled"].any()):
@@ -114,6 +136,7 @@ def summary_from(analysis: Analysis, choice: CycleChoice | None = None) -> dict[
         "profiled_cycles": profiled,
         "shares_note": shares_note,
         "approximate": bool(bd["approximate"].any()),
+        "gpu_timed_cycles": _timed_cycles(analysis.cycles),
         "phases": phase_stats(bd),
         "unknown_comm_kernels": analysis.unknown_comm,
         "skew": phase_skew(skew_from(bd, coll)),

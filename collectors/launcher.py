@@ -61,6 +61,10 @@ class LaunchOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     node_rank: int | None = None  # multi-node: this node's part goes to out/name/parts/node-K
     nnodes: int | None = None
+    keep_bytes: int = 0  # retention of each process's records (collectors/segments.py); 0: all
+    keep_seconds: float = 0.0
+    metrics_port: int | None = None  # serve Prometheus metrics from here (tracekit/live)
+    metrics_host: str = "127.0.0.1"
 
 
 @dataclass
@@ -198,6 +202,10 @@ def build_env(
     env[rt.ENV_FLUSH_SECONDS] = str(opts.flush_seconds)
     if opts.profile_cycles:
         env[rt.ENV_PROFILE_CYCLES] = opts.profile_cycles
+    if opts.keep_bytes:
+        env[rt.ENV_KEEP_BYTES] = str(opts.keep_bytes)
+    if opts.keep_seconds:
+        env[rt.ENV_KEEP_SECONDS] = str(opts.keep_seconds)
     # TRACEKIT_DISABLE passes through: `TRACEKIT_DISABLE=1 tracekit launch ...` runs the tree
     # launched (bootstrap on PYTHONPATH, NVML sampled) but not recorded, the launcher's own cost.
     env.update(opts.extra_env)
@@ -304,6 +312,13 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     }
     _write_manifest(layout.manifest, manifest)
 
+    live = None
+    if opts.metrics_port is not None:  # launch-side (tracekit/live), fed by the flushed records
+        from tracekit.live.metrics import serve_metrics
+
+        live = serve_metrics(layout.raw, opts.metrics_port, host=opts.metrics_host, warn=warn)
+        warn(f"serving live metrics on {live.url}")
+
     from tracekit.collectors.nvml import NvmlSampler
 
     sampler = NvmlSampler(layout.raw / "nvml")
@@ -320,6 +335,8 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
         child = subprocess.Popen(opts.command, env=env, start_new_session=True)
     except OSError as exc:
         sampler.stop()
+        if live is not None:
+            live.stop()
         msg = f"cannot start {opts.command[0]!r} ({exc.strerror or exc}); check the command after `--`"
         raise CollectorError(msg) from exc
     watcher = ProcessWatcher(child.pid)
@@ -364,6 +381,8 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
         until = time.monotonic() + _exit_deadline()
         watcher.stop(timeout=until - time.monotonic())
         sampler.stop(timeout=until - time.monotonic())
+        if live is not None:
+            live.stop(timeout=until - time.monotonic())
 
     exit_code = rc if rc >= 0 else 128 - rc
     procs = _read_processes(layout.raw)

@@ -2,10 +2,16 @@
 
 Per phase call: an NVTX range (domain `tracekit`, one category a phase; skipped when no NVTX
 tool is attached, where `nvtx` only hands out a do-nothing domain), CPU start/end from
-`time.time_ns()`, and on CUDA a pair of pooled CUDA events on the current stream for outermost
-phases, resolved later with `Event.query()` (no synchronisation added; one `synchronize` at the
-first CUDA phase calibrates the GPU clock against `time.time_ns`, and one at exit resolves what
-is left). Records are buffered and appended to `raw/pid-<pid>/records.arrow` (Arrow IPC stream
+`time.time_ns()`, and on CUDA pooled CUDA events on the current stream for outermost phases,
+resolved later with `Event.query()` (no synchronisation added; one `synchronize` at the first
+CUDA phase calibrates the GPU clock against `time.time_ns`, and one at exit resolves what is
+left). Events per cycle are few (`_gpu_begin`): one event per phase boundary, shared by two
+adjacent top-level phases of one cycle on one thread when the second starts within
+`SHARE_GAP_NS` (20 µs) of host time after the first's end event (its GPU span then starts where
+the previous one ended; the phase's wall time is the same, the gap's device time moves from its
+overhead into its span); none for a cycle-only target (merge keeps no GPU times for cycles); and
+with `gpu_sample` N > 1 (`tracekit launch --gpu-sample N`) only every N-th cycle gets events at
+all, the others keep CPU times (docs/DEFINITIONS.md, "CUDA events of light mode"). Records are buffered and appended to `raw/pid-<pid>/records.arrow` (Arrow IPC stream
 format, one `os.write` a flush) every `flush_records` records or `flush_seconds` seconds at
 outermost exits, by a daemon timer thread (`tracekit-flush`) once `flush_seconds` passed without
 a flush (a server idle between requests, or stopped between cycles), on SIGTERM / SIGINT
@@ -46,11 +52,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.phasemap import read_attr_path
+from tracekit.collectors.segments import RetentionPolicy, SegmentLog
 
 if TYPE_CHECKING:
     from tracekit.collectors.phasemap import Site
@@ -92,6 +99,9 @@ _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 # ranks exited) must not keep the server's process from exiting. Phases left unresolved keep
 # their CPU times.
 EXIT_DEADLINE_S = 3.0
+# Two adjacent top-level phases share one CUDA event at their boundary when the second starts
+# at most this long (host time) after the first's end event was recorded (see _gpu_begin).
+SHARE_GAP_NS = 20_000
 
 
 @functools.cache
@@ -139,6 +149,9 @@ class RecorderConfig:
     via: str = "sitecustomize"
     exit_deadline_s: float = EXIT_DEADLINE_S
     flush_thread: bool = False  # a daemon thread flushes every flush_seconds (runtime sets it)
+    # rotation by size / age and retention of the record segments (collectors/segments.py)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    gpu_sample: int = 1  # CUDA events on every N-th cycle (`--gpu-sample N`); CPU clocks on all
 
 
 def _as_accept_len(value: object) -> float | None:
@@ -205,7 +218,7 @@ class _Thread:
     the native thread id, graph replays counted so far, whether a cycle is open, and whether
     tracekit itself is running (its own calls are not recorded)."""
 
-    __slots__ = ("in_cycle", "internal", "replays", "stack", "tid")
+    __slots__ = ("bound", "in_cycle", "internal", "replays", "stack", "tid")
 
     def __init__(self) -> None:
         self.stack: list[int] = []
@@ -213,6 +226,9 @@ class _Thread:
         self.replays = 0
         self.in_cycle = False
         self.internal = False
+        # the end event of this thread's last GPU-timed top-level phase, which the next one
+        # may share as its start: (event, cycle, CPU ns just after its record) or None
+        self.bound: tuple[Any, int, int] | None = None
 
 
 # What enter() hands to exit(): one tuple (not tracked by gc once freed, never kept).
@@ -246,12 +262,17 @@ class Recorder:
         self._flush_bytes = self._flush_n * _ROW.size
         self._last_flush = time.time_ns()
         self._fd: int | None = None
+        self._segments = SegmentLog(config.retention)
         self._schema: Any = None
         self._nvtx: Any = None
         self._nvtx_ready = False
         self._is_compiling: Callable[[], bool] | None = None
         self._cuda: Any = None
         self._event_pool: list[Any] = []
+        self._gpu_every = max(1, int(config.gpu_sample))
+        self._loose = 0  # top-level calls outside every cycle so far (sampling without cycles)
+        self._bound_ids: set[int] = set()  # id() of events held by a thread's boundary slot
+        self.events_recorded = 0  # CUDA event records (calibration excluded)
         self._gpu_ref: tuple[Any, int] | None = None
         self._failed = False
         self._accept_off: set[int] = set()  # id() of accept rules disabled after a failure
@@ -281,6 +302,16 @@ class Recorder:
         self._cuda_dev: int | None = None
         self.deferred_signal = 0  # a signal that arrived inside a flush on its thread
         self.on_deferred_signal: Callable[[int], None] | None = None
+
+    def set_recording(self, on: bool) -> None:
+        """Pause (False) or resume (True) recording in this process, e.g. between blocks of
+        cycles of an A/B overhead measurement (`python -m tracekit.demo --ab-blocks N`). Paused,
+        every wrapper passes straight through (the inactive wrapper's cost), the timer thread
+        writes nothing, and rows recorded before wait for the next flush; a recorder that
+        failed stays disabled."""
+        if self._failed or self.finished:
+            return
+        self.active = bool(on)
 
     @property
     def records(self) -> int:
@@ -420,6 +451,8 @@ class Recorder:
                 if ccode < 0:
                     ccode = self._new_code(site, "cycle")
                 self.cycle += 1
+                if ts.bound is not None:
+                    self._drop_bound(ts)
                 if prof is not None:
                     prof.cycle_start(self.cycle, target=True)  # counts; opens no range
                 if nv is not None:
@@ -440,7 +473,9 @@ class Recorder:
                 if prof is not None:
                     qualified = prof.phase_start(site.phase, self.cycle)
             seq = self._next_seq()
-            ev = self._gpu_mark() if cuda_on and depth == 0 else None
+            # CUDA events for top-level phases only (a cycle-only target has none: merge keeps
+            # no GPU times for cycles), on the sampled cycles, shared at boundaries
+            ev = self._gpu_begin(ts) if cuda_on and depth == 0 and code >= 0 else None
             start = _time_ns()
             if prof is not None and prof.active:
                 # Inside the recorded [start, end]: a profiler range never starts before its
@@ -480,7 +515,8 @@ class Recorder:
                     self.profile.range_exit(rfc)  # type: ignore[union-attr]
                 rf = rfc = None
             end = _time_ns()
-            ev_end = self._gpu_mark() if ev is not None else None
+            if ev is not None:  # before the row: a flush never takes the row without its events
+                self._gpu_end(ts, seq, ev, cycle)
             replays = ts.replays - rep0
             nv = self._nvtx
             rows = self._rows
@@ -492,11 +528,10 @@ class Recorder:
                 if ok and info[3] is not None:
                     acc = self._accept(result, info[3], args, kwargs, info[5])
                 rows += _pack(code, cycle, depth, parent, ts.tid, seq, start, end, replays, acc, ok)
-                if ev_end is not None:
-                    self._gpu_pending.append((seq, ev, ev_end))
-                    ev = None
             if ccode >= 0:
                 ts.in_cycle = False
+                if ts.bound is not None:
+                    self._drop_bound(ts)
                 if nv is not None:
                     nv.pop_range()
                 acc = _NAN
@@ -504,8 +539,6 @@ class Recorder:
                     acc = self._accept(result, info[4], args, kwargs, info[5])
                 cseq = seq if code < 0 else -seq  # a site both phase and cycle: two rows
                 rows += _pack(ccode, cycle, depth, -1, ts.tid, cseq, start, end, replays, acc, ok)
-                if ev is not None:
-                    self._gpu_pending.append((cseq, ev, ev_end))
                 if self.profile is not None:
                     self.profile.cycle_end(cycle)
             # Flush between cycles (not inside one, where it would add to the cycle's time),
@@ -585,7 +618,7 @@ class Recorder:
                         cycle = rec.cycle
                         seq = next_seq()
                         rep0 = ts.replays
-                        ev = rec._gpu_mark() if cuda_on and depth == 0 else None
+                        ev = rec._gpu_begin(ts) if cuda_on and depth == 0 else None
                         start = _time_ns()
             except Exception as exc:
                 rec.fail("enter", exc)
@@ -601,7 +634,8 @@ class Recorder:
             finally:
                 try:
                     end = _time_ns()
-                    ev_end = rec._gpu_mark() if ev is not None else None
+                    if ev is not None:
+                        rec._gpu_end(ts, seq, ev, cycle)
                     ts.stack.pop()
                     acc = _NAN
                     if ok and acc_path is not None:
@@ -611,8 +645,6 @@ class Recorder:
                         code, cycle, depth, parent, ts.tid, seq, start, end,
                         ts.replays - rep0, acc, ok,
                     )  # fmt: skip
-                    if ev_end is not None:
-                        rec._gpu_pending.append((seq, ev, ev_end))
                     if depth == 0:
                         n = len(rows)
                         if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
@@ -677,6 +709,57 @@ class Recorder:
         ts.replays += 1
 
     # -- CUDA events -----------------------------------------------------------------------
+    # Which top-level phase calls get CUDA events, and how many (docs/DEFINITIONS.md, "CUDA
+    # events of light mode"):
+    # - sampling: with `gpu_sample` N > 1 only the calls of cycles whose number is a multiple
+    #   of N (calls outside every cycle: every N-th of them) are GPU-timed; all keep CPU times;
+    # - sharing: a top-level phase that starts in the same cycle, on the same thread, within
+    #   SHARE_GAP_NS of the end event of the previous GPU-timed top-level phase (host time after
+    #   that record, so nothing but the two calls' own bookkeeping ran between them) takes that
+    #   event as its start instead of recording one. Its GPU span then starts where the previous
+    #   one ended: whatever the device did in between (nothing, or the little the host enqueued
+    #   in under SHARE_GAP_NS) moves from the gap, which light mode charges as the phase's
+    #   overhead, into its span; its `wall_ns` (gap + span) is the same either way;
+    # - a cycle-only target (no phase) records no events: merge keeps no GPU times for cycles.
+    # A cycle of draft, verify and draft_extend thus records 4 events instead of 8.
+
+    def _gpu_begin(self, ts: _Thread) -> Any:
+        """The start event of a top-level phase call, or None when the call is not GPU-timed."""
+        every = self._gpu_every
+        if every > 1:
+            key = self.cycle
+            if key < 0:
+                key = self._loose
+                self._loose += 1
+            if key % every:
+                if ts.bound is not None:
+                    self._drop_bound(ts)
+                return None
+        bound = ts.bound
+        if bound is not None:
+            ev, cycle, after_ns = bound
+            if cycle == self.cycle and _time_ns() - after_ns <= SHARE_GAP_NS:
+                return ev  # stays in _bound_ids until this call's pending entry exists
+            self._drop_bound(ts)
+        return self._gpu_mark()
+
+    def _gpu_end(self, ts: _Thread, seq: int, ev: Any, cycle: int) -> None:
+        """Record the end event of a GPU-timed call; it becomes the thread's boundary."""
+        ev1 = self._gpu_mark()
+        self._gpu_pending.append((seq, ev, ev1))
+        bound_ids = self._bound_ids
+        bound_ids.add(id(ev1))
+        old = ts.bound
+        ts.bound = (ev1, cycle, _time_ns())
+        if old is not None:  # after the append: a resolving thread always sees one of the two
+            bound_ids.discard(id(old[0]))
+
+    def _drop_bound(self, ts: _Thread) -> None:
+        bound = ts.bound
+        ts.bound = None
+        if bound is not None:
+            self._bound_ids.discard(id(bound[0]))
+
     def _gpu_mark(self) -> Any:
         cuda = self._cuda
         if self._gpu_ref is None:
@@ -691,12 +774,14 @@ class Recorder:
         pool = self._event_pool
         ev = pool.pop() if pool else cuda.Event(enable_timing=True)
         ev.record()
+        self.events_recorded += 1
         return ev
 
     def _resolve_gpu(self, *, wait: bool, until: float | None = None) -> None:
         """Resolve the pending events that completed; with `wait`, poll for the others until
         `until` (monotonic; default: the exit deadline from now). The pending list is changed in
-        place: other threads append to it meanwhile."""
+        place: other threads append to it meanwhile. An event goes back to the pool only when
+        no pending entry and no thread's boundary slot still holds it (shared events)."""
         pending = self._gpu_pending
         if not pending or self._gpu_ref is None:
             return
@@ -704,6 +789,15 @@ class Recorder:
         keep: list[tuple[int, Any, Any]] = []
         deadline = time.monotonic() + self.config.exit_deadline_s if until is None else until
         n = len(pending)
+        times: dict[int, int] = {}
+        freed: dict[int, Any] = {}
+
+        def at(ev: Any) -> int:
+            t = times.get(id(ev))
+            if t is None:
+                t = times[id(ev)] = ref_ns + round(ref.elapsed_time(ev) * 1e6)
+            return t
+
         for seq, ev0, ev1 in pending[:n]:
             done = ev1.query()
             while wait and not done and time.monotonic() < deadline:
@@ -712,14 +806,18 @@ class Recorder:
             if not done:
                 keep.append((seq, ev0, ev1))
                 continue
-            self._gpu_done[seq] = (
-                ref_ns + round(ref.elapsed_time(ev0) * 1e6),
-                ref_ns + round(ref.elapsed_time(ev1) * 1e6),
-            )
-            self._event_pool.append(ev0)
-            self._event_pool.append(ev1)
+            self._gpu_done[seq] = (at(ev0), at(ev1))
+            freed[id(ev0)] = ev0
+            freed[id(ev1)] = ev1
         del pending[:n]
         pending[0:0] = keep
+        if freed:
+            # held: boundary slots first, then the pending entries (see _gpu_end's order)
+            held = set(self._bound_ids)
+            for _seq, ev0, ev1 in list(pending):
+                held.add(id(ev0))
+                held.add(id(ev1))
+            self._event_pool.extend(ev for i, ev in freed.items() if i not in held)
 
     # -- output ----------------------------------------------------------------------------
     def _open(self) -> None:
@@ -727,10 +825,42 @@ class Recorder:
 
         self.dir.mkdir(parents=True, exist_ok=True)
         self._schema = raw_schema()
-        path = self.dir / RECORDS_FILE
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(self._fd, self._schema.serialize().to_pybytes())
+        self._open_segment()
         self._start_timer()
+
+    # -- segments (rotation and retention, collectors/segments.py) --------------------------
+    def _open_segment(self) -> None:
+        seg = self._segments.open(self.dir, time.time_ns())
+        self._fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        head = self._schema.serialize().to_pybytes()
+        os.write(self._fd, head)
+        seg.add(len(head), 0, None, time.time_ns())
+
+    def _segment_written(self, nbytes: int, rows: Any) -> None:
+        seg = self._segments.current
+        if seg is not None:
+            span = (
+                int(rows["start_ns"].min()),
+                int(rows["end_ns"].max()),
+                int(rows["cycle"].min()),
+                int(rows["cycle"].max()),
+            )
+            seg.add(nbytes, len(rows), span, time.time_ns())
+
+    def _rotate(self, *, writing: bool) -> None:
+        """At a flush (under the lock), before its batch: close a full or old segment and open
+        the next (so no segment is left empty); delete what retention no longer keeps (the
+        oldest first)."""
+        log = self._segments
+        now = time.time_ns()
+        if writing and self._fd is not None and self._fd >= 0 and log.should_rotate(now):
+            os.write(self._fd, _EOS)
+            os.close(self._fd)
+            self._fd = None
+            log.close_current()
+            self._open_segment()
+        if log.enforce(now):
+            self._process_records = -1  # process.json says what was dropped
 
     # -- timer flush -----------------------------------------------------------------------
     def _start_timer(self) -> None:
@@ -754,8 +884,10 @@ class Recorder:
             due = (self._last_flush + period_ns - time.time_ns()) / 1e9
             if stop.wait(max(due, period / 20)):
                 return
-            if not self.active or self.finished or os.getpid() != pid:
+            if self._failed or self.finished or os.getpid() != pid:
                 return
+            if not self.active:
+                continue  # paused (`set_recording(False)`): rows wait for the next flush
             if time.time_ns() - self._last_flush < period_ns:
                 continue  # the program's threads flushed meanwhile
             if self._rows or self._gpu_pending or self._process_records != self._rows_written:
@@ -870,10 +1002,13 @@ class Recorder:
             if len(self._sites) > self._sites_written:
                 _write_json(self.dir / SITES_FILE, {"sites": self._sites})
                 self._sites_written = len(self._sites)
+            self._rotate(writing=len(ready) > 0)
             if len(ready):
-                os.write(self._fd, self._batch(ready))  # type: ignore[arg-type]
+                data = self._batch(ready)
+                os.write(self._fd, data)  # type: ignore[arg-type]
                 self.flushes += 1
                 self._rows_written += len(ready)
+                self._segment_written(len(data), ready)
             if final:
                 os.write(self._fd, _EOS)  # type: ignore[arg-type]
                 os.close(self._fd)  # type: ignore[arg-type]
@@ -955,6 +1090,8 @@ class Recorder:
                 patched=self.patched,
                 unresolved=self.unresolved,
                 active=self.active,
+                segments=self._segments.to_json(),
+                dropped=self._segments.dropped.to_json(),
             )
             data.update(extra)
             _write_json(self.dir / PROCESS_FILE, data)
@@ -1070,12 +1207,14 @@ class Recorder:
         self._rows = bytearray()
         self._gpu_pending = []
         self._gpu_done = {}
+        self._bound_ids = set()
         if self._fd is not None and self._fd >= 0:
             try:
                 os.close(self._fd)
             except OSError:
                 pass
         self._fd = None
+        self._segments = SegmentLog(self.config.retention)
         self._sites_written = 0
         self._lock = threading.RLock()
         self._fork_locked = False

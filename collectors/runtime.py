@@ -22,6 +22,7 @@ from tracekit.collectors import phasemap
 from tracekit.collectors.importhook import PostImportHook
 from tracekit.collectors.recorder import EXIT_DEADLINE_S, Recorder, RecorderConfig
 from tracekit.collectors.redact import redact_argv
+from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import install
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
@@ -33,6 +34,12 @@ ENV_FLUSH_RECORDS = "TRACEKIT_FLUSH_RECORDS"
 ENV_FLUSH_SECONDS = "TRACEKIT_FLUSH_SECONDS"  # the flush interval (`--flush-interval`)
 ENV_EXIT_DEADLINE = "TRACEKIT_EXIT_DEADLINE_S"  # one bound on everything the exit waits for
 ENV_DISABLE = "TRACEKIT_DISABLE"  # set to 1 to run a process of the tree without tracekit
+# retention of each process's records (`--keep`, `--keep-hours`; collectors/segments.py)
+ENV_KEEP_BYTES = "TRACEKIT_KEEP_BYTES"
+ENV_KEEP_SECONDS = "TRACEKIT_KEEP_SECONDS"
+ENV_SEGMENT_BYTES = "TRACEKIT_SEGMENT_BYTES"  # rotation size (default: derived from --keep)
+ENV_SEGMENT_SECONDS = "TRACEKIT_SEGMENT_SECONDS"
+ENV_GPU_SAMPLE = "TRACEKIT_GPU_SAMPLE"  # CUDA events on every N-th cycle (`--gpu-sample N`)
 
 GRAPH_MODULE = "torch.cuda.graphs"
 
@@ -132,6 +139,13 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         via=via,
         exit_deadline_s=max(0.0, _float_env(ENV_EXIT_DEADLINE, EXIT_DEADLINE_S)),
         flush_thread=True,
+        retention=RetentionPolicy.from_keep(
+            _int_env(ENV_KEEP_BYTES, 0),
+            _float_env(ENV_KEEP_SECONDS, 0.0),
+            segment_bytes=_int_env(ENV_SEGMENT_BYTES, 0),
+            segment_seconds=_float_env(ENV_SEGMENT_SECONDS, 0.0),
+        ),
+        gpu_sample=max(1, _int_env(ENV_GPU_SAMPLE, 1)),
     )
     rec = Recorder(config)
     rec.process_info = {
@@ -143,6 +157,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         "via": via,
         "adapter": config.adapter,
         "mode": mode,
+        "gpu_sample": config.gpu_sample,
         "start_ns": time.time_ns(),
         "instrumented": True,
     }

@@ -198,3 +198,26 @@ def test_incident_through_the_command_line(tmp_path: Path) -> None:
     s = json.loads(summary.stdout)
     assert s["phases"]["verify"]["allreduce_impl"] == {"nccl:RING/LL/bf16": 24}
     assert s["phases"]["verify"]["graph_replayed_frac"] == 0.0
+
+
+def test_incident_fails_the_regression_gate_17(tmp_path: Path) -> None:
+    # GIVEN: the incident's runs, verify 19.15 -> 29.15 ms (+52.2%)
+    a, b = _incident_runs(tmp_path)
+    cmd = [sys.executable, "-m", "tracekit", "diff", str(a), str(b)]
+    # WHEN / THEN: over 50% fails with exit 3 and one line naming verify and its evidence
+    res = subprocess.run([*cmd, "--fail-on-regression", "50"], capture_output=True, text=True)
+    assert res.returncode == 3, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if "regression:" in ln]
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        "tracekit: regression: verify regressed 52.2% (19.15 -> 29.15 ms median, 95% CI +"
+    )
+    assert lines[0].endswith(" ms, 24 instances each)")
+    assert "verify is 10.00 ms slower" in res.stdout  # the report is printed as usual
+    # the same runs within 60%: exit 0; JSON carries the lines
+    ok = subprocess.run(
+        [*cmd, "--fail-on-regression", "60", "--json"], capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["regressions"] == []
+    assert "no phase regressed by more than 60%" in ok.stderr

@@ -70,6 +70,18 @@ def test_wheel_layout(wheel: Path) -> None:
     # nothing generic lands at the top of site-packages
     tops = {n.split("/", 1)[0] for n in names}
     assert tops <= {"tracekit"} | {t for t in tops if t.startswith("tracekit_spec-")}
+    # every package of the checkout is in the wheel (pyproject lists them one by one)
+    inits = [
+        i
+        for top in ("tracekit", "collectors", "analyzers")
+        for i in REPO.glob(f"{top}/**/__init__.py")
+    ]
+    assert len(inits) >= 10
+    for init in inits:
+        rel = init.relative_to(REPO)
+        if rel.parts[0] != "tracekit":
+            rel = Path("tracekit") / rel
+        assert rel.as_posix() in names, f"{rel.parent} is missing from pyproject's packages"
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tracekit = tracekit.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tracekit.cli.sweep",
         "Run a workload at several held acceptance lengths; measure the break-even.",
     ),
+    "top": ("tracekit.cli.top", "Live view of a running server: cycles/s, phases, lagging rank."),
     "report": ("tracekit.cli.report", "Write the self-contained HTML report of a run."),
     "perfetto": ("tracekit.cli.perfetto", "Write a native Perfetto trace of a run."),
     "view": ("tracekit.cli.view", "Open a run's Perfetto trace in ui.perfetto.dev."),

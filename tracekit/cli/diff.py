@@ -84,6 +84,15 @@ def render(result: dict[str, Any]) -> None:
 @json_option
 @rules_option
 @cycles_option
+@click.option(
+    "--fail-on-regression",
+    "fail_pct",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="Exit 3 when a phase's steady-state median is significantly slower in RUN_B by more "
+    "than PCT percent (one line a phase on stderr): a CI or cron gate.",
+)
 def command(
     run_a: Path,
     run_b: Path,
@@ -91,6 +100,7 @@ def command(
     rules: Path | None,
     impl_table: Path | None,
     choice: CycleChoice,
+    fail_pct: float | None,
 ) -> None:
     """What changed between two runs, biggest significant change first.
 
@@ -103,10 +113,17 @@ def command(
     Example:
         tracekit diff runs/good runs/slow
         tracekit diff runs/good runs/slow --json
+        tracekit diff runs/baseline runs/nightly --fail-on-regression 5
     """
     from tracekit.analyzers.diff import diff_runs
 
     result = diff_runs(run_a, run_b, rules=rules, impl_table=impl_table, choice=choice)
+    found = None
+    if fail_pct is not None:
+        from tracekit.analyzers.gate import regressions
+
+        found = regressions(result["phases"], fail_pct)
+        result["regressions"] = [r.line() for r in found]
     if as_json:
         for w in ("a", "b"):
             note = result["steady"][w]["steady_note"]
@@ -114,3 +131,13 @@ def command(
         echo_json(result)
     else:
         render(result)
+    if found:
+        import sys
+
+        from tracekit.analyzers.gate import REGRESSION_EXIT_CODE
+
+        for r in found:
+            click.echo(f"tracekit: regression: {r.line()}", err=True)
+        sys.exit(REGRESSION_EXIT_CODE)
+    if fail_pct is not None:
+        click.echo(f"tracekit: no phase regressed by more than {fail_pct:g}%", err=True)

@@ -78,6 +78,45 @@ import click
     default=None,
     help="Multi-node: the number of nodes (default: the command's --nnodes, else NNODES).",
 )
+@click.option(
+    "--keep",
+    "keep",
+    default=None,
+    metavar="SIZE",
+    help="Keep at most SIZE of records per process (e.g. 2GB, 500MB): the oldest segments "
+    "are deleted first, and merge says what was dropped [default: keep all].",
+)
+@click.option(
+    "--keep-hours",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="HOURS",
+    help="Delete record segments older than HOURS [default: keep all].",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve live Prometheus metrics on PORT (0: any free port) while CMD runs; "
+    "see docs/production.md.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics are served on.",
+)
+@click.option(
+    "--gpu-sample",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="CUDA events on every N-th cycle only (CPU clocks on all): light mode's per-call "
+    "cost on CUDA is mostly event records. Breakdowns of the other cycles use CPU times "
+    "(`gpu_timed` false); per-phase statistics come from the timed cycles.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     adapter: str | None,
@@ -91,6 +130,11 @@ def command(
     flush_seconds: float,
     node_rank: int | None,
     nnodes: int | None,
+    keep: str | None,
+    keep_hours: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    gpu_sample: int,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD with the draft, verify and allreduce phases of every rank recorded.
@@ -110,8 +154,10 @@ def command(
     import sys
 
     from tracekit.collectors import phasemap
+    from tracekit.collectors import runtime as rt
     from tracekit.collectors.launcher import LaunchOptions, launch
     from tracekit.errors import CollectorError
+    from tracekit.live.sizes import parse_size
 
     if adapter and phases_file:
         msg = "--adapter and --phases cannot be used together; keep one"
@@ -134,6 +180,12 @@ def command(
         flush_seconds=flush_seconds,
         node_rank=node_rank,
         nnodes=nnodes,
+        keep_bytes=parse_size(keep, option="--keep") if keep else 0,
+        keep_seconds=keep_hours * 3600 if keep_hours else 0.0,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        # passed to every rank like the other settings (a TRACEKIT_* variable)
+        extra_env={rt.ENV_GPU_SAMPLE: str(gpu_sample)},
     )
     result = launch(opts)
     click.echo(f"Run directory: {result.run_dir}", err=True)

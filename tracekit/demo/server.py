@@ -63,6 +63,7 @@ class DemoOptions:
     simulate_accept_len: float | None = None
     result: str | None = None
     quiet: bool = False
+    ab_blocks: int = 0
 
     def model_config(self) -> ModelConfig:
         cfg = preset(self.model_size)
@@ -130,6 +131,17 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="write tokens/s, cycles, accept_len_mean and step times to this JSON file",
     )
+    p.add_argument(
+        "--ab-blocks",
+        type=int,
+        default=0,
+        metavar="N",
+        help=(
+            "overhead A/B in one process: under `tracekit launch`, switch recording off and on "
+            "in blocks of N cycles (on, off, off, on, ...; ab_schedule) and write each "
+            "cycle's state beside its step time (`ab_on` in --result; bench/overhead_ab.py)"
+        ),
+    )
     p.add_argument("-q", "--quiet", action="store_true")
     return p
 
@@ -159,6 +171,7 @@ def parse_args(argv: list[str] | None = None) -> DemoOptions:
         simulate_accept_len=simulate,
         result=ns.result,
         quiet=ns.quiet,
+        ab_blocks=ns.ab_blocks,
     )
     validate(opts)
     return opts
@@ -187,6 +200,9 @@ def validate(opts: DemoOptions) -> None:
     cfg.check(opts.ranks)
     if opts.cycles < 1:
         msg = f"--cycles must be at least 1, got {opts.cycles}"
+        raise InputError(msg)
+    if opts.ab_blocks < 0:
+        msg = f"--ab-blocks must be 0 (off) or a number of cycles a block, got {opts.ab_blocks}"
         raise InputError(msg)
     if opts.draft_tokens < 1:
         msg = f"--draft-tokens must be at least 1, got {opts.draft_tokens}"
@@ -316,6 +332,30 @@ def spawn_ranks(
         raise RankFailedError(msg)
 
 
+# -- A/B overhead blocks ----------------------------------------------------------------------
+
+
+def ab_schedule(cycles: int, block: int) -> list[bool]:
+    """Recording on (True) or off for each cycle: blocks of `block` cycles in the order on, off,
+    off, on, repeated (ABBA: a linear drift of the machine's speed cancels within each group
+    of four blocks). `block` 0: all on."""
+    if block <= 0:
+        return [True] * cycles
+    return [(i // block) % 4 in (0, 3) for i in range(cycles)]
+
+
+def recording_switch() -> Callable[[bool], None] | None:
+    """The test hook that pauses tracekit's recorder in this process, when `tracekit launch`
+    instruments it (`Recorder.set_recording`); None when nothing records. Looked up, never
+    imported: the demo does not depend on tracekit's collectors."""
+    runtime = sys.modules.get("tracekit.collectors.runtime")
+    current = getattr(runtime, "current", None)
+    rt = current() if current is not None else None
+    rec = getattr(rt, "recorder", None)
+    switch = getattr(rec, "set_recording", None)
+    return switch if callable(switch) else None
+
+
 # -- one rank ------------------------------------------------------------------------------
 
 
@@ -366,8 +406,12 @@ def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
         if opts.device == "cuda":
             torch.cuda.synchronize()
 
+    schedule = ab_schedule(opts.cycles, opts.ab_blocks)
+    switch = recording_switch() if opts.ab_blocks > 0 else None
     t_run = time.perf_counter()
-    for _ in range(opts.cycles):
+    for i in range(opts.cycles):
+        if switch is not None and (i == 0 or schedule[i] != schedule[i - 1]):
+            switch(schedule[i])  # between cycles, outside the timed step
         if requests == 0 or in_request >= opts.max_new_tokens or decoder.room() < 1:
             decoder.prefill([rng.randrange(cfg.vocab_size) for _ in range(opts.prompt_len)])
             requests, in_request = requests + 1, 1
@@ -379,6 +423,8 @@ def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
         accept.append(result.accept_len)
         in_request += result.accept_len
     run_s = time.perf_counter() - t_run
+    if switch is not None:
+        switch(True)  # the exit's flush and the rest of the process are recorded as usual
     if rank != 0:
         return
 
@@ -410,6 +456,9 @@ def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
         "tokens_per_s_p50": tokens / len(accept) / statistics.median(step_s),
         "startup_s": ready - started,
         "run_s": run_s,
+        "ab_blocks": opts.ab_blocks,
+        "ab_on": schedule if opts.ab_blocks > 0 else None,
+        "ab_recorder": switch is not None,
         "model": {"size": opts.model_size, **asdict(cfg)},
     }
     if not opts.quiet:

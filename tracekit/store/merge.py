@@ -45,6 +45,7 @@ class ProcessData:
     rank: int | None = None
     rank_source: str = ""
     kineto: Path | None = None
+    segments: int = 0  # record segments read (collectors/segments.py)
 
     @property
     def n_records(self) -> int:
@@ -169,9 +170,34 @@ def _read_records(d: Path, table: pa.Table) -> tuple[list[dict[str, Any]], str |
     return decode(table, sites), None
 
 
+def _read_segments(
+    segments: list[tuple[int, Path]],
+) -> tuple[pa.Table | None, bool, str | None, Path | None]:
+    """The records of a process's segments, oldest first: (table, the last one ended cleanly,
+    the first error with its file, the file named in it). A damaged segment keeps its complete
+    batches and the others are read too."""
+    tables: list[pa.Table] = []
+    complete, err, where = False, None, None
+    for _index, path in segments:
+        table, complete, seg_err = read_stream(path)
+        if seg_err and err is None:
+            err, where = seg_err, path
+        if table is not None and table.num_rows:
+            tables.append(table)
+    if not tables:
+        return None, complete, err, where
+    if len(tables) == 1:
+        return tables[0], complete, err, where
+    try:
+        return pa.concat_tables(tables), complete, err, where
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        return tables[-1], complete, err or str(exc), where or segments[-1][1]
+
+
 def read_processes(raw: Path) -> list[ProcessData]:
     from tracekit.collectors.profiler import KINETO_FILE
-    from tracekit.collectors.recorder import MANIFEST_FILE, PROCESS_FILE, RECORDS_FILE
+    from tracekit.collectors.recorder import MANIFEST_FILE, PROCESS_FILE
+    from tracekit.collectors.segments import list_segments
 
     out = []
     for d in sorted(raw.glob("pid-*"), key=lambda p: p.name):
@@ -181,15 +207,14 @@ def read_processes(raw: Path) -> list[ProcessData]:
             continue
         info, info_error = _read_json(d / PROCESS_FILE)
         manifest = _load_json(d / MANIFEST_FILE)
-        rec_path = d / RECORDS_FILE
         records: list[dict[str, Any]] = []
         complete, err, damaged = False, None, None
-        if rec_path.exists():
-            table, complete, err = read_stream(rec_path)
-            if table is not None and table.num_rows:
-                records, damaged = _read_records(d, table)
-            elif err:
-                damaged = f"{rec_path}: {err}"
+        segments = list_segments(d)
+        table, complete, err, rec_path = _read_segments(segments)
+        if table is not None and table.num_rows:
+            records, damaged = _read_records(d, table)
+        elif err:
+            damaged = f"{rec_path}: {err}"
         kineto = d / KINETO_FILE
         proc = ProcessData(
             pid=pid,
@@ -205,6 +230,7 @@ def read_processes(raw: Path) -> list[ProcessData]:
             read_error=err,
             damaged=damaged,
             kineto=kineto if kineto.exists() else None,
+            segments=len(segments),
         )
         if info_error:
             proc.damaged = proc.damaged or f"{d / PROCESS_FILE}: {info_error}"
@@ -458,6 +484,55 @@ def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[
     return {rank: pa.concat_tables(tables) for rank, tables in parts.items()}
 
 
+def _dropped(p: ProcessData) -> dict[str, Any]:
+    d = p.info.get("dropped")
+    return d if isinstance(d, dict) and _as_int(d.get("segments")) else {}
+
+
+def _report_dropped(by_rank: dict[int, list[ProcessData]], warnings: list[str]) -> int:
+    """One warning line naming the record segments retention (`--keep`, `--keep-hours`)
+    deleted; returns the first raw cycle every rank kept whole (records of earlier cycles are
+    left out, so cycle numbers still line up across ranks), 0 when nothing was dropped."""
+    import datetime as dt
+
+    parts: list[str] = []
+    firsts: list[int] = []
+    align = all(len([p for p in g if p.n_records]) <= 1 for g in by_rank.values())
+    for rank in sorted(by_rank):
+        for p in by_rank[rank]:
+            cycles = [r["cycle"] for r in p.records if r["cycle"] >= 0]
+            first = min(cycles) if cycles else None
+            d = _dropped(p)
+            if not d:
+                if first is not None:
+                    firsts.append(first)
+                continue
+            when = ""
+            until = _as_int(d.get("until_ns"), high=2**63)
+            if until:
+                stamp = dt.datetime.fromtimestamp(until / 1e9, tz=dt.timezone.utc)
+                when = f", records up to {stamp:%Y-%m-%d %H:%M:%S} UTC"
+            i0, i1 = d.get("first_index"), d.get("last_index")
+            which = f"segment {i0}" if i0 == i1 else f"segments {i0}-{i1}"
+            reasons = "/".join(f"--{k}" for k in sorted(d.get("reasons") or {})) or "--keep"
+            parts.append(
+                f"rank {rank} (pid {p.pid}) {which} ({d.get('records', 0):,} records, "
+                f"{int(d.get('bytes', 0)) / 1e6:.1f} MB{when}; {reasons})"
+            )
+            if first is not None:
+                firsts.append(first + 1)  # the first kept cycle may have lost its start
+    if not parts:
+        return 0
+    common = max(firsts) if align and firsts else 0
+    tail = (
+        f"; every rank's cycles from raw cycle {common} on are merged (cycle 0 is that one)"
+        if common
+        else ""
+    )
+    warnings.append(f"retention dropped the oldest records: {'; '.join(parts)}{tail}")
+    return common
+
+
 def _unseen_cycle_phase(cycle_cfg: dict[str, Any], seen: set[str]) -> str | None:
     """One warning when the phase the map's cycle rule needs (`require`, or `starts_with`
     without cycle targets) never ran in any rank: then no step was counted as a cycle."""
@@ -520,13 +595,20 @@ def merge(run_dir: Path | str) -> MergeResult:
         if p.rank is not None and (p.n_records or p.manifest):
             by_rank.setdefault(p.rank, []).append(p)
 
+    first_cycle = _report_dropped(by_rank, warnings)
+
     for table in MERGED_TABLES:
         shutil.rmtree(layout.table_dir(table), ignore_errors=True)
 
     seen_phases: set[str] = set()
     for rank in sorted(by_rank):
         group = by_rank[rank]
-        recs = [dict(r, pid=p.pid) for p in group for r in p.records]
+        recs = [
+            dict(r, pid=p.pid)
+            for p in group
+            for r in p.records
+            if not first_cycle or r["cycle"] >= first_cycle
+        ]
         seen_phases.update(r["phase"] for r in recs if r["kind"] == "phase" and r["phase"])
         for p in group:
             if p.n_records and (not p.complete or not p.info.get("finished")):

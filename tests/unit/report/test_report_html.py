@@ -95,12 +95,16 @@ def test_cdn_links_plotly_instead(runs: tuple[Path, Path], tmp_path: Path) -> No
 def test_headline_numbers_known_answers(runs: tuple[Path, Path], tmp_path: Path) -> None:
     # GIVEN the synthetic speculative run (2 ranks, 6 cycles 2 ms apart, graph-replayed verify)
     # and a plain-decoding baseline whose steps are 1.6 ms apart. By hand (tests/outputs_synth.py,
-    # DEFINITIONS.md "Cycle span"): a speculative cycle's device work ends 1.0 ms after its
-    # start (last NCCL kernel [0.9, 1.0] ms), so cycle 0 spans 1.0 ms and cycles 1-5 span
-    # 2.0 ms (previous end to own end); mean 11/6 ms. Acceptance 1, 2, 3, 4, 1, 2: mean 13/6;
-    # tokens/s = (13/6) / (11/6) x 1000 = 1181.8. The baseline's steps end 0.7 ms after their
-    # start: spans 0.7, then 1.6 ms x 5, median (12 rank-cycles) 1.6 ms. Break-even = 2.0 / 1.6
-    # = 1.25; speedup = (13/6) x 1.6 / 2.0 = 1.7333.
+    # DEFINITIONS.md "Cycle time", "Acceptance length, throughput, break-even, speedup"): cycle
+    # times come from the collector's records of every cycle; there a cycle's device work is
+    # its CPU range, and the last phase (verify) ends 10 + 3 x 100 + 50 + 20 + 4 x 150 + 100 =
+    # 1,080 µs after the cycle's start. So cycle 0 takes 1.08 ms (its start to its end) and
+    # cycles 1-5 take 2.0 ms (previous end to own end, no gap: the 0.92 ms between cycles is
+    # shorter than a cycle and holds no other work); total 11.08 ms on each rank. Tokens 1, 2,
+    # 3, 4, 1, 2: 13 in 6 cycles, acceptance 2.17; tokens/s = 13 / 11.08 ms = 1,173.3. The
+    # baseline has no draft: its step ends 10 + 50 + 20 + 4 x 150 + 100 = 780 µs after its
+    # start, so 0.78 ms, then 1.6 ms x 5 = 8.78 ms for 6 steps. Break-even = mean cycle / mean
+    # step = 11.08 / 8.78 = 1.26; speedup = (13/6) x (8.78/6) / (11.08/6) = 1.72.
     base = tmp_path / "base16"
     make_run(base, ranks=2, cycles=6, baseline=True, cycle_ns=1_600_000)
     out = tmp_path / "r.html"
@@ -113,10 +117,10 @@ def test_headline_numbers_known_answers(runs: tuple[Path, Path], tmp_path: Path)
     }
     assert cards["ranks"] == "2"
     assert cards["cycles"] == "6"
-    assert cards["tokens / s"] == "1,181.8"
+    assert cards["tokens / s"] == "1,173.3"
     assert cards["acceptance length"] == "2.17"
-    assert cards["break-even acceptance length"] == "1.25"
-    assert cards["speedup vs plain decoding"] == "1.73x"
+    assert cards["break-even acceptance length"] == "1.26"
+    assert cards["speedup vs plain decoding"] == "1.72x"
     assert cards["cycles with graph replay"] == "100.0 %"  # every verify replays a graph
 
 

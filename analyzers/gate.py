@@ -1,0 +1,67 @@
+"""The regression gate of `tracekit diff BASELINE RUN --fail-on-regression PCT` (CI, cron).
+
+A phase **regressed** when its steady-state median got slower by more than PCT percent of the
+baseline's median (`b_ms_p50 / a_ms_p50 - 1 > PCT/100`) and the change is significant the slow
+way: `significant` (docs/DEFINITIONS.md "Diff": the bootstrap 95% interval excludes 0 and each
+run has at least 3 instances) with the interval above 0. A faster phase, a change within PCT,
+or one the interval does not tell from noise never fails the gate. Input: the `phases` map of
+`tracekit diff --json` (`a_ms_p50`, `b_ms_p50`, `ci95_ms`, `significant`, `a_count`,
+`b_count`); pure, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+REGRESSION_EXIT_CODE = 3  # `tracekit diff --fail-on-regression`: some phase regressed
+
+
+@dataclass(frozen=True)
+class Regression:
+    phase: str
+    pct: float  # slower by this many percent of the baseline's median
+    a_ms: float
+    b_ms: float
+    ci95_ms: tuple[float, float]
+    a_count: int | None
+    b_count: int | None
+
+    def line(self) -> str:
+        """One line: the phase and the evidence."""
+        if self.a_count is None or self.b_count is None:
+            n = ""
+        elif self.a_count == self.b_count:
+            n = f", {self.a_count:,} instances each"
+        else:
+            n = f", {self.a_count:,} and {self.b_count:,} instances"
+        lo, hi = self.ci95_ms
+        return (
+            f"{self.phase} regressed {self.pct:.1f}% ({_ms(self.a_ms)} -> {_ms(self.b_ms)} ms "
+            f"median, 95% CI {lo:+.{_dp(lo, hi)}f} to {hi:+.{_dp(lo, hi)}f} ms{n})"
+        )
+
+
+def _dp(*values: float) -> int:
+    """Decimals that keep two significant digits of the smallest value shown (at least 1)."""
+    small = min((abs(v) for v in values if v), default=1.0)
+    return 1 if small >= 1 else 2 if small >= 0.1 else 3 if small >= 0.01 else 4
+
+
+def _ms(v: float) -> str:
+    return f"{v:.{max(2, _dp(v))}f}"
+
+
+def regressions(phases: dict[str, dict[str, Any]], threshold_pct: float) -> list[Regression]:
+    """The phases that regressed by more than `threshold_pct`, the worst first."""
+    out: list[Regression] = []
+    for phase, p in phases.items():
+        a, b, ci = p.get("a_ms_p50"), p.get("b_ms_p50"), p.get("ci95_ms")
+        if not p.get("significant") or a is None or b is None or ci is None or a <= 0:
+            continue
+        lo, hi = float(ci[0]), float(ci[1])
+        pct = 100.0 * (b / a - 1.0)
+        if lo > 0 and pct > threshold_pct:
+            out.append(Regression(phase, pct, a, b, (lo, hi), p.get("a_count"), p.get("b_count")))
+    out.sort(key=lambda r: (-r.pct, r.phase))
+    return out

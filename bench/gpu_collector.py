@@ -1,0 +1,511 @@
+"""Light mode's collector cost on one GPU: per-call CPU, GPU sampling, A/B inside one process.
+
+Run on the GPU machine from the repository root (docs/BENCHMARKS.md, "Collector overhead" and
+"Overhead inside one process"); everything goes to `--out`:
+
+    python bench/gpu_collector.py --out $OUT --budget-s 400
+
+In order, each part written out before the next starts (the budget skips what does not fit):
+
+1. `micro`: CPU per wrapped call, in one child process, amortised over many calls (thread CPU
+   and wall clock; medians of `--repeat`): bare call; a lone outermost phase (consecutive calls
+   share boundary events), the same with sharing off (2 events a call, the old behaviour) and
+   with `--gpu-sample 8`; a demo-shaped cycle (cycle target + draft, verify, draft_extend:
+   4 wrapped calls) with the defaults and with `--gpu-sample 8`, per wrapped call; a nested
+   phase; the inactive wrapper; one `torch.cuda.Event.record`; events recorded per call.
+2. `ab`: each demo path (baseline decode graph, verify extend, verify graph) under
+   `tracekit launch --no-merge` with `python -m tracekit.demo --ab-blocks B`: recording off and
+   on in ABBA blocks inside one process; light mode's cost in % of the cycle with 95%
+   intervals (bench/overhead_ab.py).
+3. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
+   alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
+   raw records (pyarrow only: no merge, no polars), sampled / unsampled - 1; and, inside the
+   unsampled run, every 8th cycle's median against all cycles' (the sampling error alone).
+4. `ab8`: part 2 again with `--gpu-sample 8`.
+
+`gpu_collector.json` (all figures, each run's command, exit code, wall time and output tail) is
+rewritten after every step; `gpu_collector.log` has the log. Every part runs in try/except:
+one failure loses only itself. `--device cpu --tiny` runs the same code on a CPU (a 1-rank tiny
+model, few cycles and calls) to check the script before spending device time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PATHS: dict[str, list[str]] = {
+    "baseline": ["--baseline"],
+    "extend": ["--verify-mode", "extend"],
+    "graph": ["--verify-mode", "graph"],
+}
+WARMUP_CYCLES = 5
+
+
+def _overhead_ab() -> Any:
+    spec = importlib.util.spec_from_file_location("overhead_ab", ROOT / "bench" / "overhead_ab.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["overhead_ab"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def child_env() -> dict[str, str]:
+    """The repository root on PYTHONPATH (tracekit from this checkout), tracekit's own
+    variables of an outer run removed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + old if old else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.a = args
+        self.out = Path(args.out).resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work = Path(tempfile.mkdtemp(prefix="gpu_collector_"))
+        self.t0 = time.monotonic()
+        self.results: dict[str, Any] = {"args": vars(args), "runs": [], "skipped": [], "errors": {}}
+        self._log = (self.out / "gpu_collector.log").open("a", encoding="utf-8")
+        self.run_s: list[float] = []
+
+    def left(self) -> float:
+        return float(self.a.budget_s - (time.monotonic() - self.t0))
+
+    def log(self, msg: str) -> None:
+        line = f"[{time.monotonic() - self.t0:6.1f}s] {msg}"
+        print(line, flush=True)
+        self._log.write(line + "\n")
+        self._log.flush()
+
+    def save(self) -> None:
+        self.results["elapsed_s"] = round(time.monotonic() - self.t0, 1)
+        path = self.out / "gpu_collector.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.results, indent=1, default=str) + "\n")
+        tmp.replace(path)
+
+    def fits(self, what: str, need: float) -> bool:
+        if self.left() >= need:
+            return True
+        self.results["skipped"].append(
+            f"{what} ({self.left():.0f} s left, about {need:.0f} needed)"
+        )
+        self.log(f"skip {what}: {self.left():.0f} s left")
+        self.save()
+        return False
+
+    def est_run(self) -> float:
+        return 1.2 * max(self.run_s) if self.run_s else 60.0
+
+    # -- one demo run under tracekit launch ---------------------------------------------------
+    def demo(
+        self, name: str, path: str, *, cycles: int, gpu_sample: int = 1, ab_blocks: int = 0
+    ) -> dict[str, Any] | None:
+        a = self.a
+        result = self.work / f"{name}.json"
+        demo = [
+            sys.executable, "-m", "tracekit.demo", "--device", a.device, "--ranks", "1",
+            "--model-size", a.model_size, "--cycles", str(cycles), "-q", "--result", str(result),
+            *PATHS[path],
+        ]  # fmt: skip
+        if ab_blocks:
+            demo += ["--ab-blocks", str(ab_blocks)]
+        cmd = [
+            sys.executable, "-m", "tracekit", "launch", "--mode", "light", "--gpu-sample",
+            str(gpu_sample), "--out", str(self.work), "--name", name, "--no-merge", "--", *demo,
+        ]  # fmt: skip
+        timeout = max(10.0, min(a.run_timeout_s, self.left() - 5))
+        self.log(f"run {name}: {' '.join(cmd[2:])}")
+        t = time.monotonic()
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                env=child_env(), check=False,
+            )  # fmt: skip
+            rc, output = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            partial = [
+                v.decode() if isinstance(v, bytes) else (v or "") for v in (exc.stdout, exc.stderr)
+            ]
+            rc, output = -1, f"timed out after {timeout:.0f} s\n{''.join(partial)}"
+        wall = time.monotonic() - t
+        self.run_s.append(wall)
+        entry: dict[str, Any] = {
+            "name": name, "path": path, "gpu_sample": gpu_sample, "ab_blocks": ab_blocks,
+            "cycles": cycles, "rc": rc, "wall_s": round(wall, 1), "cmd": cmd[1:],
+            "output_tail": output[-2000:] if rc else output[-300:],
+        }  # fmt: skip
+        data = json.loads(result.read_text()) if result.exists() else None
+        if data is not None:
+            entry["step_ms_p50"] = data.get("step_ms_p50")
+            entry["ab_recorder"] = data.get("ab_recorder")
+        self.results["runs"].append(entry)
+        self._log.write(output[-4000:] + "\n")
+        self.save()
+        p50 = f"{data['step_ms_p50']:.3f} ms" if data else "no result"
+        self.log(f"  rc {rc}, {wall:.1f} s, step p50 {p50}")
+        return data if rc == 0 else None
+
+    # -- parts --------------------------------------------------------------------------------
+    def micro(self) -> None:
+        a = self.a
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--micro", "--device", a.device,
+               "--calls", str(a.calls), "--repeat", str(a.repeat)]  # fmt: skip
+        timeout = max(10.0, min(240.0, self.left() - 5))
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=child_env(),
+            check=False,
+        )  # fmt: skip
+        self._log.write(proc.stderr[-4000:] + "\n")
+        try:
+            self.results["micro"] = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            self.results["micro"] = {"error": (proc.stdout + proc.stderr)[-2000:]}
+        self.save()
+        self.log(f"micro: {json.dumps(self.results['micro'])}")
+
+    def ab(self, key: str, gpu_sample: int) -> None:
+        a = self.a
+        ab = _overhead_ab()
+        out: dict[str, Any] = self.results.setdefault(key, {})
+        for path in self.paths():
+            if not self.fits(f"{key} {path}", self.est_run()):
+                return
+            data = self.demo(
+                f"{key}_{path}", path, cycles=a.ab_cycles, gpu_sample=gpu_sample,
+                ab_blocks=a.ab_block,
+            )  # fmt: skip
+            if data is None:
+                out[path] = {"error": "run failed"}
+            elif not data.get("ab_recorder"):
+                out[path] = {"error": "the demo found no recorder to switch (not launched?)"}
+            else:
+                try:
+                    r = ab.analyse(data, skip_groups=1)
+                    out[path] = {**r.__dict__, "step_ms_p50": data["step_ms_p50"]}
+                except ValueError as exc:
+                    out[path] = {"error": str(exc)}
+            self.save()
+            self.log(f"{key} {path}: {json.dumps(out[path])[:300]}")
+
+    def sampling(self) -> None:
+        a = self.a
+        out: dict[str, Any] = self.results.setdefault("sampling", {})
+        for path in self.paths():
+            spans: dict[int, dict[str, list[float]]] = {}
+            for n in (1, a.sample_n) if len(out) % 2 == 0 else (a.sample_n, 1):
+                if not self.fits(f"sampling {path} n={n}", self.est_run()):
+                    return
+                name = f"sampling_{path}_n{n}"
+                if self.demo(name, path, cycles=a.sample_cycles, gpu_sample=n) is None:
+                    continue
+                spans[n] = phase_spans(self.work / name)
+            out[path] = compare_sampling(spans.get(1), spans.get(a.sample_n), a.sample_n)
+            self.save()
+            self.log(f"sampling {path}: {json.dumps(out[path])[:400]}")
+
+    def paths(self) -> list[str]:
+        return ["baseline", "extend"] if self.a.device == "cpu" else list(PATHS)
+
+
+# -- reading raw records (pyarrow only) -------------------------------------------------------
+
+
+def phase_spans(run_dir: Path) -> dict[str, list[float]]:
+    """Per phase name: the GPU span (ms) of each GPU-timed top-level call of cycles past the
+    warm-up, by cycle order; CPU span where the run has no GPU times (a CPU run). Keys
+    `<phase>` (timed calls) and `<phase>@cycles` (their cycle numbers)."""
+    import pyarrow as pa
+
+    out: dict[str, list[float]] = {}
+    for pid_dir in sorted((run_dir / "raw").glob("pid-*")):
+        rec = pid_dir / "records.arrow"
+        if not rec.exists() or not (pid_dir / "sites.json").exists():
+            continue
+        sites = {s["code"]: s for s in json.loads((pid_dir / "sites.json").read_text())["sites"]}
+        batches = []
+        with pa.OSFile(str(rec), "rb") as f:
+            try:
+                reader = pa.ipc.open_stream(f)
+                for b in reader:
+                    batches.append(b)
+            except (pa.ArrowInvalid, OSError):
+                pass  # a truncated stream: the complete batches
+        if not batches:
+            continue
+        rows = pa.Table.from_batches(batches).to_pylist()
+        gpu = any(r["gpu_start_ns"] is not None for r in rows)
+        for r in rows:
+            site = sites.get(r["code"], {})
+            if site.get("kind") != "phase" or r["depth"] != 0 or r["cycle"] < WARMUP_CYCLES:
+                continue
+            if gpu:
+                if r["gpu_start_ns"] is None or r["gpu_end_ns"] is None:
+                    continue
+                span = r["gpu_end_ns"] - r["gpu_start_ns"]
+            else:
+                span = r["end_ns"] - r["start_ns"]
+            out.setdefault(site["phase"], []).append(span / 1e6)
+            out.setdefault(f"{site['phase']}@cycles", []).append(float(r["cycle"]))
+    return out
+
+
+def compare_sampling(
+    full: dict[str, list[float]] | None, sampled: dict[str, list[float]] | None, n: int
+) -> dict[str, Any]:
+    """Per phase: median span unsampled, sampled (every n-th cycle), their ratio - 1 in %, and
+    the unsampled run's every-n-th-cycle median against its own median."""
+    if not full or not sampled:
+        return {"error": "a run of the pair failed"}
+    res: dict[str, Any] = {}
+    for phase, spans in full.items():
+        if phase.endswith("@cycles") or phase not in sampled:
+            continue
+        cycles = full[f"{phase}@cycles"]
+        sub = [s for s, c in zip(spans, cycles, strict=True) if int(c) % n == 0]
+        m_full, m_samp = statistics.median(spans), statistics.median(sampled[phase])
+        res[phase] = {
+            "unsampled_p50_ms": m_full,
+            "sampled_p50_ms": m_samp,
+            "sampled_vs_unsampled_pct": 100.0 * (m_samp / m_full - 1.0) if m_full else None,
+            "calls": [len(spans), len(sampled[phase])],
+            "subsample_p50_ms": statistics.median(sub) if sub else None,
+            "subsample_vs_all_pct": (
+                100.0 * (statistics.median(sub) / m_full - 1.0) if sub and m_full else None
+            ),
+        }
+    return res
+
+
+# -- micro (child process) --------------------------------------------------------------------
+
+
+def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
+    """CPU ns per wrapped call in light mode (see the module docstring, part 1)."""
+    import gc
+    import shutil
+    import types
+
+    import torch
+    from tracekit.collectors import recorder as recorder_mod
+    from tracekit.collectors.phasemap import Site, Target
+    from tracekit.collectors.recorder import Recorder, RecorderConfig
+    from tracekit.collectors.wrappers import install
+
+    cuda = device == "cuda"
+    x = torch.zeros(16, device="cuda" if cuda else "cpu")
+    if cuda:
+        torch.cuda.synchronize()
+    gc.collect()
+
+    def op(t: Any = None) -> Any:
+        return t
+
+    tmp = Path(tempfile.mkdtemp())
+    res: dict[str, Any] = {"calls": calls, "repeat": repeat, "device": device}
+
+    def loop(fn: Any, n: int) -> tuple[float, float]:
+        wall, cpu = [], []
+        for _ in range(repeat):
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+            for _ in range(n):
+                fn(x)
+            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+            wall.append((t1 - t0) / n)
+            cpu.append((c1 - c0) / n)
+            if cuda:
+                torch.cuda.synchronize()
+        return statistics.median(wall), statistics.median(cpu)
+
+    def recorder(name: str, gpu_sample: int) -> tuple[Recorder, Any]:
+        rec = Recorder(
+            RecorderConfig(raw_dir=tmp / name, flush_records=1000, gpu_sample=gpu_sample)
+        )
+        mod = types.ModuleType(f"tk_bench_{name}")
+        for fn_name in ("outer", "inner", "draft", "verify", "draft_extend"):
+            setattr(mod, fn_name, op)
+
+        def step(t: Any) -> Any:
+            mod.draft(t)
+            mod.verify(t)
+            mod.draft_extend(t)
+            return t
+
+        mod.step = step  # type: ignore[attr-defined]
+        sites = [
+            Site(target=Target.parse(f"{mod.__name__}:outer"), phase="verify"),
+            Site(target=Target.parse(f"{mod.__name__}:inner"), phase="allreduce"),
+            Site(target=Target.parse(f"{mod.__name__}:draft"), phase="draft"),
+            Site(target=Target.parse(f"{mod.__name__}:verify"), phase="verify"),
+            Site(target=Target.parse(f"{mod.__name__}:draft_extend"), phase="draft_extend"),
+            Site(target=Target.parse(f"{mod.__name__}:step"), cycle=True),
+        ]
+        for site in sites:
+            install(mod, site, rec)
+        mod.outer(x)  # first calls: registration, calibration
+        mod.step(x)
+        return rec, mod
+
+    def bare_step(t: Any) -> Any:
+        op(t)
+        op(t)
+        op(t)
+        return t
+
+    res["bare_ns"], res["bare_cpu_ns"] = loop(op, calls)
+    res["bare_cycle_ns"], res["bare_cycle_cpu_ns"] = loop(bare_step, calls // 4)
+    cases = [("outermost", 1, None), ("outermost_no_share", 1, -1), ("outermost_sample8", 8, None)]
+    share = recorder_mod.SHARE_GAP_NS
+    for name, n, gap in cases:
+        rec, mod = recorder(name, n)
+        recorder_mod.SHARE_GAP_NS = share if gap is None else gap
+        e0 = rec.events_recorded
+        w, c = loop(mod.outer, calls)
+        recorder_mod.SHARE_GAP_NS = share
+        res[f"{name}_cost_ns"] = w - res["bare_ns"]
+        res[f"{name}_cost_cpu_ns"] = c - res["bare_cpu_ns"]
+        res[f"{name}_events_per_call"] = (rec.events_recorded - e0) / (calls * repeat)
+        rec.close()
+    for name, n in (("cycle", 1), ("cycle_sample8", 8)):
+        rec, mod = recorder(name, n)
+        e0 = rec.events_recorded
+        w, c = loop(mod.step, calls // 4)
+        # per wrapped call: 4 a cycle (the cycle target and its three phases)
+        res[f"{name}_cost_per_call_ns"] = (w - res["bare_cycle_ns"]) / 4
+        res[f"{name}_cost_per_call_cpu_ns"] = (c - res["bare_cycle_cpu_ns"]) / 4
+        res[f"{name}_events_per_cycle"] = (rec.events_recorded - e0) / ((calls // 4) * repeat)
+        if name == "cycle":
+            fr = rec.enter(Site(target=Target.parse("tk_bench_x:o"), phase="verify"))
+            w, c = loop(mod.inner, calls)
+            rec.exit(fr, True, None)
+            res["nested_cost_ns"], res["nested_cost_cpu_ns"] = (
+                w - res["bare_ns"],
+                c - res["bare_cpu_ns"],
+            )
+            rec.set_recording(False)
+            w, c = loop(mod.inner, calls)
+            rec.set_recording(True)
+            res["inactive_cost_ns"] = w - res["bare_ns"]
+        rec.close()
+    if cuda:
+        ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        w, c = loop(lambda _t: ev.record(), calls)
+        res["event_record_ns"], res["event_record_cpu_ns"] = w, c
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in res.items()}
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """The short table printed last."""
+    lines = []
+    m = results.get("micro") or {}
+    if "bare_ns" in m:
+        lines.append("CPU per wrapped call, light mode (µs, thread CPU; wall in brackets):")
+        for key, label in (
+            ("outermost_no_share_cost", "outermost, 2 events a call (before)"),
+            ("outermost_cost", "outermost, shared boundary events"),
+            ("outermost_sample8_cost", "outermost, --gpu-sample 8"),
+            ("cycle_cost_per_call", "demo-shaped cycle, per call"),
+            ("cycle_sample8_cost_per_call", "demo-shaped cycle, --gpu-sample 8"),
+            ("nested_cost", "nested phase"),
+        ):
+            if f"{key}_ns" in m:
+                lines.append(
+                    f"  {label:40} {m[f'{key}_cpu_ns'] / 1e3:7.2f} ({m[f'{key}_ns'] / 1e3:.2f})"
+                )
+        if "event_record_ns" in m:
+            lines.append(f"  one Event.record: {m['event_record_ns'] / 1e3:.2f} µs")
+        for k in ("cycle_events_per_cycle", "cycle_sample8_events_per_cycle"):
+            if k in m:
+                lines.append(f"  {k}: {m[k]}")
+    for key in ("ab", "ab8"):
+        for path, r in (results.get(key) or {}).items():
+            if "cost_pct" in r:
+                lines.append(
+                    f"{key} {path}: light {r['cost_pct']:+.2f}% of the cycle, 95% t "
+                    f"[{r['t_lo_pct']:+.2f}, {r['t_hi_pct']:+.2f}], bootstrap "
+                    f"[{r['boot_lo_pct']:+.2f}, {r['boot_hi_pct']:+.2f}] ({r['groups']} groups,"
+                    f" off {r['off_ms']:.3f} ms)"
+                    if r.get("t_lo_pct") is not None
+                    else f"{key} {path}: light {r['cost_pct']:+.2f}% ({r['groups']} group)"
+                )
+            else:
+                lines.append(f"{key} {path}: {r.get('error')}")
+    for path, phases in (results.get("sampling") or {}).items():
+        for phase, r in phases.items():
+            if isinstance(r, dict) and r.get("sampled_vs_unsampled_pct") is not None:
+                lines.append(
+                    f"sampling {path} {phase}: p50 {r['unsampled_p50_ms']:.3f} ms unsampled, "
+                    f"{r['sampled_p50_ms']:.3f} sampled ({r['sampled_vs_unsampled_pct']:+.2f}%); "
+                    f"every 8th cycle of the unsampled run {r['subsample_vs_all_pct']:+.2f}%"
+                )
+            elif phase == "error":
+                lines.append(f"sampling {path}: {r}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="gpu_collector_out")
+    ap.add_argument("--budget-s", type=float, default=400.0)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--model-size", default="large")
+    ap.add_argument("--tiny", action="store_true", help="tiny model, few cycles and calls")
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--ab-cycles", type=int, default=264, help="A/B run cycles")
+    ap.add_argument("--ab-block", type=int, default=8, help="cycles a block")
+    ap.add_argument("--sample-cycles", type=int, default=120)
+    ap.add_argument("--sample-n", type=int, default=8)
+    ap.add_argument("--run-timeout-s", type=float, default=170.0)
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip")
+    ap.add_argument("--micro", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.tiny:
+        a.model_size, a.calls, a.repeat = "tiny", min(a.calls, 2000), min(a.repeat, 3)
+        a.ab_cycles, a.ab_block, a.sample_cycles = min(a.ab_cycles, 24), 2, min(a.sample_cycles, 16)
+    if a.micro:
+        print(json.dumps(micro(a.device, a.calls, a.repeat)), flush=True)
+        return 0
+    b = Bench(a)
+    skip = set(filter(None, a.skip.split(",")))
+    steps = [
+        ("micro", b.micro, 30.0),
+        ("ab", lambda: b.ab("ab", 1), 60.0),
+        ("sampling", b.sampling, 60.0),
+        ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
+    ]
+    for name, fn, need in steps:
+        if name in skip or not b.fits(name, need):
+            continue
+        try:
+            fn()
+        except Exception as exc:  # one broken part must not lose the others' results
+            b.results["errors"][name] = f"{type(exc).__name__}: {exc}"
+            b._log.write(traceback.format_exc())
+            b.log(f"part {name} failed: {type(exc).__name__}: {exc}")
+        b.save()
+    for line in summary_lines(b.results):
+        b.log(line)
+    b.save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""CUDA events of light mode: one event per phase boundary, none for cycle-only targets, and GPU
+timing on every N-th cycle (`--gpu-sample N`), with a fake `torch.cuda` that counts records."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tracekit.collectors import recorder as recorder_mod
+from tracekit.collectors.phasemap import Site, Target
+from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.wrappers import make_wrapper
+
+from tracekit.store.merge import read_stream
+
+
+class FakeCuda:
+    """`torch.cuda` as the recorder uses it: an event's device time is the host clock at its
+    record plus `lag_ns` (a device that runs behind the host), and every event is complete."""
+
+    _initialized = True
+
+    def __init__(self, lag_ns: int = 5_000) -> None:
+        self.records = 0
+        self.created = 0
+        self.lag_ns = lag_ns
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                cuda.created += 1
+                self.t: int | None = None
+
+            def record(self) -> None:
+                cuda.records += 1
+                self.t = time.time_ns() + cuda.lag_ns
+
+            def query(self) -> bool:
+                return self.t is not None
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: Event) -> float:
+                assert self.t is not None
+                assert other.t is not None
+                return (other.t - self.t) / 1e6
+
+        self.Event = Event
+
+    def is_current_stream_capturing(self) -> bool:
+        return False
+
+    def synchronize(self) -> None:
+        pass
+
+    def current_device(self) -> int:
+        return 0
+
+
+def _recorder(tmp_path: Path, cuda: FakeCuda, **kw: Any) -> Recorder:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_seconds=60, **kw))
+    rec._is_compiling = lambda: False
+    rec._cuda = cuda
+    return rec
+
+
+def _spec_program(rec: Any, inside_verify: Any = None) -> Any:
+    """A cycle target `step` calling draft, verify (two nested allreduce calls) and
+    draft_extend: three top-level phases a cycle, as the demo's speculative decoder."""
+
+    def ar_fn() -> None:
+        pass
+
+    def verify_fn() -> int:
+        ar()
+        if inside_verify is not None:
+            inside_verify()
+        ar()
+        return 2
+
+    def step_fn() -> int:
+        dr()
+        n = ve()
+        de()
+        return n
+
+    ar = make_wrapper(ar_fn, Site(Target("m", "ar"), phase="allreduce"), rec)
+    dr = make_wrapper(lambda: None, Site(Target("m", "dr"), phase="draft"), rec)
+    ve = make_wrapper(verify_fn, Site(Target("m", "ve"), phase="verify"), rec)
+    de = make_wrapper(lambda: None, Site(Target("m", "de"), phase="draft_extend"), rec)
+    return make_wrapper(step_fn, Site(Target("m", "st"), cycle=True), rec)
+
+
+def _rows(rec: Recorder) -> list[dict[str, Any]]:
+    table, _complete, err = read_stream(rec.dir / RECORDS_FILE)
+    assert err is None
+    assert table is not None
+    sites = json.loads((rec.dir / SITES_FILE).read_text())["sites"]
+    return decode(table, sites)
+
+
+def _per_cycle_events(
+    tmp_path: Path, cycles: int, gap_ns: int, monkeypatch: pytest.MonkeyPatch, **kw: Any
+) -> tuple[FakeCuda, Recorder]:
+    monkeypatch.setattr(recorder_mod, "SHARE_GAP_NS", gap_ns)
+    cuda = FakeCuda()
+    rec = _recorder(tmp_path, cuda, flush_records=5, **kw)
+    step = _spec_program(rec)
+    step()  # first cycle: site registration, calibration (one reference event)
+    before = cuda.records
+    for _ in range(cycles):
+        step()
+    rec.close()
+    cuda.records -= before
+    return cuda, rec
+
+
+def test_one_event_per_phase_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN cycles of draft, verify (2 nested allreduce) and draft_extend, adjacent on the host
+    # WHEN 10 cycles run after the first
+    cuda, rec = _per_cycle_events(tmp_path, 10, 10**9, monkeypatch)
+    # THEN each cycle records 4 events (start of draft, draft|verify, verify|draft_extend, end
+    # of draft_extend), not 8 (2 a top-level phase, 2 for the cycle target)
+    assert cuda.records == 10 * 4
+    rows = _rows(rec)
+    tops = [r for r in rows if r["kind"] == "phase" and r["depth"] == 0]
+    assert len(tops) == 11 * 3
+    # the shared boundary: each phase's GPU start is the previous phase's GPU end
+    for c in range(11):
+        d, v, e = (r for r in tops if r["cycle"] == c)
+        assert (d["phase"], v["phase"], e["phase"]) == ("draft", "verify", "draft_extend")
+        assert d["gpu_end_ns"] == v["gpu_start_ns"]
+        assert v["gpu_end_ns"] == e["gpu_start_ns"]
+        assert d["gpu_start_ns"] <= d["gpu_end_ns"] <= v["gpu_end_ns"] <= e["gpu_end_ns"]
+    # cycle rows and nested phases carry no GPU times
+    assert all(r["gpu_start_ns"] is None for r in rows if r["kind"] == "cycle" or r["depth"])
+    # events are pooled, not created a call: the pool refills after each flush
+    assert cuda.created < 20
+
+
+def test_no_sharing_past_the_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a share gap of -1 ns (never share) WHEN 10 cycles run
+    cuda, rec = _per_cycle_events(tmp_path, 10, -1, monkeypatch)
+    # THEN 2 events a top-level phase, still none for the cycle target: 6 a cycle
+    assert cuda.records == 10 * 6
+    tops = [r for r in _rows(rec) if r["kind"] == "phase" and r["depth"] == 0]
+    assert all(r["gpu_start_ns"] < r["gpu_end_ns"] for r in tops)
+    d, v = tops[3], tops[4]
+    assert d["gpu_end_ns"] < v["gpu_start_ns"]
+
+
+def test_gpu_sample_times_every_nth_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN --gpu-sample 4 WHEN cycles 0..8 run (the first, then 8 more)
+    cuda, rec = _per_cycle_events(tmp_path, 8, 10**9, monkeypatch, gpu_sample=4)
+    # THEN only cycles 0, 4 and 8 have CUDA events (4 each; cycle 0 was before the count)
+    assert cuda.records == 2 * 4
+    rows = _rows(rec)
+    tops = [r for r in rows if r["kind"] == "phase" and r["depth"] == 0]
+    timed = sorted({r["cycle"] for r in tops if r["gpu_start_ns"] is not None})
+    assert timed == [0, 4, 8]
+    assert all(
+        (r["gpu_start_ns"] is not None) == (r["cycle"] % 4 == 0) for r in tops
+    )  # a cycle is timed whole or not at all
+    # every row keeps its CPU times
+    assert all(r["start_ns"] <= r["end_ns"] for r in rows)
+    assert len([r for r in rows if r["kind"] == "cycle"]) == 9
+    # the sampled GPU times are the device's: CPU range shifted by the fake device's lag
+    for r in tops:
+        if r["gpu_start_ns"] is not None:
+            assert r["gpu_start_ns"] - r["start_ns"] < 1_000_000
+
+
+def test_gpu_sample_without_cycles_times_every_nth_call(tmp_path: Path) -> None:
+    # GIVEN phases outside every cycle (no cycle target, no starts_with) and --gpu-sample 3
+    cuda = FakeCuda()
+    rec = _recorder(tmp_path, cuda, gpu_sample=3)
+    ph = make_wrapper(lambda: None, Site(Target("m", "p"), phase="decode"), rec)
+    for _ in range(9):
+        ph()
+    rec.close()
+    # THEN calls 0, 3, 6 are GPU-timed, 2 events each (an untimed call between them ends the
+    # boundary: nothing is shared across it)
+    rows = _rows(rec)
+    assert [r["gpu_start_ns"] is not None for r in rows] == [True, False, False] * 3
+    assert cuda.records - 1 == 3 * 2  # the calibration event excluded
+
+
+def test_shared_event_is_not_reused_while_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a flush (which resolves events and returns them to the pool) inside verify, while
+    # draft's end event is still verify's start
+    monkeypatch.setattr(recorder_mod, "SHARE_GAP_NS", 10**9)
+    cuda = FakeCuda()
+    rec = _recorder(tmp_path, cuda, flush_records=1)
+
+    def flush_and_wait() -> None:
+        rec.flush()
+        time.sleep(0.002)
+
+    step = _spec_program(rec, inside_verify=flush_and_wait)
+    for _ in range(4):
+        step()
+    rec.close()
+    # THEN verify's GPU span still starts at draft's end and lasts the 2 ms it slept: its start
+    # event was not handed out again as its end event
+    tops = [r for r in _rows(rec) if r["kind"] == "phase" and r["depth"] == 0]
+    for c in range(4):
+        d, v, _e = (r for r in tops if r["cycle"] == c)
+        assert d["gpu_end_ns"] == v["gpu_start_ns"]
+        assert v["gpu_end_ns"] - v["gpu_start_ns"] >= 2_000_000
+
+
+def test_inlined_and_generic_paths_record_the_same_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the same program through the inlined path and through plain enter/exit hooks
+    monkeypatch.setattr(recorder_mod, "SHARE_GAP_NS", 10**9)
+
+    class Plain:
+        def __init__(self, rec: Recorder) -> None:
+            self.rec, self.enter, self.exit = rec, rec.enter, rec.exit
+
+        @property
+        def active(self) -> bool:
+            return self.rec.active
+
+    counts = []
+    for name, wrap in (("inl", lambda r: r), ("gen", Plain)):
+        cuda = FakeCuda()
+        rec = _recorder(tmp_path / name, cuda, gpu_sample=2)
+        step = _spec_program(wrap(rec))
+        for _ in range(6):
+            step()
+        rec.close()
+        counts.append(cuda.records)
+        tops = [r for r in _rows(rec) if r["kind"] == "phase" and r["depth"] == 0]
+        assert [r["cycle"] for r in tops if r["gpu_start_ns"] is not None] == [0] * 3 + [2] * 3 + [
+            4
+        ] * 3
+    # THEN both record 1 calibration + 3 timed cycles x 4 events
+    assert counts == [1 + 3 * 4, 1 + 3 * 4]
+
+
+def test_set_recording_pauses_the_wrappers(tmp_path: Path) -> None:
+    # GIVEN a recorder paused for 3 of 7 cycles
+    cuda = FakeCuda()
+    rec = _recorder(tmp_path, cuda)
+    step = _spec_program(rec)
+    for i in range(7):
+        rec.set_recording(i not in (2, 3, 4))
+        step()
+    rec.set_recording(True)
+    rec.close()
+    # THEN only the 4 recorded cycles have rows (1 cycle + 5 phase rows each), numbered 0..3
+    rows = _rows(rec)
+    assert len(rows) == 4 * 6
+    assert sorted({r["cycle"] for r in rows}) == [0, 1, 2, 3]
+    # a failed recorder is not resumed
+    rec2 = _recorder(tmp_path / "b", FakeCuda())
+    rec2.fail("test", RuntimeError("x"))
+    rec2.set_recording(True)
+    assert rec2.active is False

@@ -1,0 +1,96 @@
+"""The demo's A/B overhead blocks (`--ab-blocks`) and bench/overhead_ab.py's interval math."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracekit.demo.server import ab_schedule, parse_args, recording_switch
+from tracekit.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _ab() -> Any:
+    spec = importlib.util.spec_from_file_location("overhead_ab", ROOT / "bench" / "overhead_ab.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["overhead_ab"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_schedule_is_abba_in_blocks() -> None:
+    assert ab_schedule(10, 2) == [True, True, False, False, False, False, True, True, True, True]
+    assert ab_schedule(3, 0) == [True] * 3
+    assert parse_args(["--ab-blocks", "8"]).ab_blocks == 8
+    with pytest.raises(InputError, match="--ab-blocks"):
+        parse_args(["--ab-blocks", "-1"])
+
+
+def test_switch_found_only_under_tracekit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "tracekit.collectors.runtime", raising=False)
+    assert recording_switch() is None
+    calls: list[bool] = []
+    rec = types.SimpleNamespace(set_recording=calls.append)
+    fake = types.ModuleType("tracekit.collectors.runtime")
+    fake.current = lambda: types.SimpleNamespace(recorder=rec)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tracekit.collectors.runtime", fake)
+    switch = recording_switch()
+    assert switch is not None
+    switch(False)
+    assert calls == [False]
+    fake.current = lambda: None  # type: ignore[attr-defined]
+    assert recording_switch() is None
+
+
+def test_interval_on_hand_built_numbers() -> None:
+    ab = _ab()
+    # blocks of 1 cycle, ABBA twice: groups (on 10, off 9) and (on 12, off 10)
+    on = ab_schedule(8, 1)
+    steps = [10.0, 9.0, 9.0, 10.0, 12.0, 10.0, 10.0, 12.0]
+    bl = ab.blocks(steps, on, 1)
+    assert bl == [
+        (True, 10.0),
+        (False, 9.0),
+        (False, 9.0),
+        (True, 10.0),
+        (True, 12.0),
+        (False, 10.0),
+        (False, 10.0),
+        (True, 12.0),
+    ]
+    assert ab.group_ratios(bl) == [(10.0, 9.0), (12.0, 10.0)]
+    with pytest.raises(ValueError, match="mix on and off"):
+        ab.blocks(steps, on, 3)
+    r = ab.interval([(10.0, 9.0), (12.0, 10.0)])
+    # r = 100/9 = 11.111% and 20%: mean 15.556%, sd 6.2854, se 4.4444, t(0.975, 1) = 12.706
+    assert r.groups == 2
+    assert r.cost_pct == pytest.approx(15.5556, abs=1e-4)
+    assert r.t_lo_pct == pytest.approx(15.5556 - 12.706 * 4.4444, abs=1e-3)
+    assert r.t_hi_pct == pytest.approx(72.027, abs=1e-3)
+    # bootstrap of two groups: means of 11.11, 15.56 or 20 only; 25% of draws are each end
+    assert r.boot_lo_pct == pytest.approx(100 / 9)
+    assert r.boot_hi_pct == pytest.approx(20.0)
+    assert ab.t975(40) == pytest.approx(2.021, abs=1e-3)
+
+
+def test_analyse_groups_blocks_of_cycles() -> None:
+    ab = _ab()
+    # blocks of 2 cycles, 3 groups (24 cycles); on cycles cost 1 ms more than off ones at 10 ms,
+    # the first group slower (warm-up) and dropped by skip_groups=1
+    on = ab_schedule(24, 2)
+    steps = [(11.0 if s else 10.0) + (5.0 if i < 8 else 0.0) for i, s in enumerate(on)]
+    r = ab.analyse({"step_ms": steps, "ab_on": on, "ab_blocks": 2}, skip_groups=1)
+    assert r.groups == 2
+    assert r.cost_pct == pytest.approx(10.0)
+    assert r.t_lo_pct == pytest.approx(10.0)  # no spread between groups
+    assert (r.on_ms, r.off_ms) == (11.0, 10.0)
+    with pytest.raises(ValueError, match="ab_on"):
+        ab.analyse({"step_ms": steps})

@@ -1,0 +1,193 @@
+"""The live side (issue 17): tailing flushed records, light-mode instances, top's snapshot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from tracekit.collectors.recorder import raw_schema
+
+from tracekit.cli import cli
+from tracekit.live.feed import LiveFeed
+from tracekit.live.model import Instance
+from tracekit.live.snapshot import TopState, quantile
+from tracekit.live.tail import ProcessTail
+
+SITES = [
+    {"code": 0, "kind": "phase", "phase": "draft", "target": "m:draft"},
+    {"code": 1, "kind": "phase", "phase": "verify", "target": "m:verify"},
+    {"code": 2, "kind": "phase", "phase": "allreduce", "target": "m:ar"},
+    {"code": 3, "kind": "cycle", "phase": "cycle", "target": "m:step"},
+]
+MAP = '[adapter]\nname = "t"\n[[phase]]\nname = "draft"\ntargets = ["m:draft"]\n[cycle]\ntargets = ["m:step"]\n'
+
+
+def _row(
+    code: int, cycle: int, depth: int, start: int, end: int, seq: int, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "code": code, "cycle": cycle, "depth": depth, "parent": kw.get("parent", -1), "tid": 7,
+        "seq": seq, "start_ns": start, "end_ns": end, "graph_replays": kw.get("replays", 0),
+        "accept_len": kw.get("accept"), "ok": True, "gpu_start_ns": None, "gpu_end_ns": None,
+    }  # fmt: skip
+
+
+def _cycle_rows(c: int, t0: int, seq0: int) -> list[dict[str, Any]]:
+    """DEFINITIONS.md's light-mode example, shifted by t0: draft [1000, 1900], verify
+    [2100, 3900] with an allreduce sub-phase [3200, 3700], the cycle [1000, 4000], accept 3;
+    then a phase after the cycle's record (between cycles: in no cycle)."""
+    return [
+        _row(0, c, 0, t0 + 1000, t0 + 1900, seq0 + 1, replays=1),
+        _row(2, c, 1, t0 + 3200, t0 + 3700, seq0 + 3, parent=1),
+        _row(1, c, 0, t0 + 2100, t0 + 3900, seq0 + 2),
+        _row(3, c, 0, t0 + 1000, t0 + 4000, -(seq0 + 4), accept=3.0),
+        _row(1, c, 0, t0 + 4100, t0 + 4500, seq0 + 5),
+    ]
+
+
+def _write_raw(raw: Path, pid: int, rank: int, batches: list[list[dict[str, Any]]]) -> Path:
+    d = raw / f"pid-{pid}"
+    d.mkdir(parents=True)
+    (raw / "phasemap.toml").write_text(MAP)
+    (d / "sites.json").write_text(json.dumps({"sites": SITES}))
+    (d / "process.json").write_text(
+        json.dumps({"pid": pid, "rank_info": {"env_rank": rank}, "finished": True})
+    )
+    data = raw_schema().serialize().to_pybytes()
+    for rows in batches:
+        data += pa.RecordBatch.from_pylist(rows, schema=raw_schema()).serialize().to_pybytes()
+    (d / "records.arrow").write_bytes(data + b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    return d
+
+
+def test_instances_follow_the_light_mode_definition(tmp_path: Path) -> None:
+    # GIVEN: one rank, one cycle of DEFINITIONS.md's light-mode example
+    _write_raw(tmp_path / "raw", 11, 0, [_cycle_rows(0, 0, 0)])
+    # WHEN
+    polled = LiveFeed(tmp_path / "raw").poll()
+    # THEN: draft forward 900 (idle 0 since the cycle start); verify forward 1300, allreduce
+    # 500, overhead 200; the phase after the cycle record is in no cycle
+    assert [
+        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
+    ] == [
+        ("draft", 900, 900, 0, 0),
+        ("verify", 2000, 1300, 500, 200),
+    ]
+    assert polled.instances[0].graph_replayed
+    assert not polled.instances[1].graph_replayed
+    assert [(c.rank, c.cycle, c.accept_len) for c in polled.cycles] == [(0, 0, 3.0)]
+
+
+def test_tail_reads_only_complete_batches_as_they_are_appended(tmp_path: Path) -> None:
+    # GIVEN: a stream written in pieces, the second batch cut in the middle
+    d = tmp_path / "pid-5"
+    d.mkdir()
+    (d / "sites.json").write_text(json.dumps({"sites": SITES}))
+    head = raw_schema().serialize().to_pybytes()
+    b1 = (
+        pa.RecordBatch.from_pylist(_cycle_rows(0, 0, 0), schema=raw_schema())
+        .serialize()
+        .to_pybytes()
+    )
+    b2 = (
+        pa.RecordBatch.from_pylist(_cycle_rows(1, 5000, 10), schema=raw_schema())
+        .serialize()
+        .to_pybytes()
+    )
+    path = d / "records.arrow"
+    tail = ProcessTail(5, d)
+    # WHEN / THEN
+    path.write_bytes(head + b1 + b2[:40])
+    assert [b.num_rows for b in tail.poll()] == [5]
+    assert tail.poll() == []  # the cut batch waits
+    with path.open("ab") as f:
+        f.write(b2[40:])
+    assert [b.num_rows for b in tail.poll()] == [5]
+    # a rotation: the segment is closed, the next one is read from its start
+    with path.open("ab") as f:
+        f.write(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    (d / "records.1.arrow").write_bytes(head + b1)
+    assert [b.num_rows for b in tail.poll()] == [5]
+    assert tail.segment is not None
+    assert tail.segment.index == 1
+    assert tail.skipped == 0
+
+
+def _inst(rank: int, phase: str, end_s: float, wall_ms: float, ar_ms: float = 0.0) -> Instance:
+    w = int(wall_ms * 1e6)
+    a = int(ar_ms * 1e6)
+    end = int(end_s * 1e9)
+    return Instance(rank, phase, 0, end, w, w - a, a, 0, w, False)
+
+
+def test_snapshot_known_answers() -> None:
+    # GIVEN: two ranks, verify 10 ms (rank 1: 12 ms, of which 1 ms allreduce) for 60 s,
+    # then verify 15 ms on both for the last 30 s; a cycle a second
+    from tracekit.live.model import Cycle
+
+    st = TopState(window_s=30, baseline_s=60)
+    insts, cycles = [], []
+    for t in range(1, 91):
+        late = t > 60
+        insts.append(_inst(0, "verify", t, 15 if late else 10))
+        insts.append(_inst(1, "verify", t, 15 if late else 12, ar_ms=1))
+        cycles += [Cycle(0, t, int(t * 1e9), 3.0), Cycle(1, t, int(t * 1e9), 2.0)]
+    st.add(insts, cycles)
+    # WHEN
+    s = st.snapshot(run="r")
+    # THEN: the window is [60 s, 90 s]: 31 instances, 30 of them 15 ms
+    r0, r1 = s.rank(0), s.rank(1)
+    assert r0.phases[0].count == 31
+    assert r0.phases[0].p50_ms == pytest.approx(15.0)
+    assert r0.cycles == 90
+    assert r0.cycles_per_s == pytest.approx(31 / 30)
+    assert r0.accept_len == 3.0
+    assert r1.accept_len == 2.0
+    # work per cycle: rank 0 (30x15 + 10)/31, rank 1 (30x14 + 11)/31 -> rank 0 lags
+    assert s.lagging_rank == 0
+    assert s.lagging_excess_ms == pytest.approx((460 - 431) / 31 / 2)
+    # change: first 60 s p50 of [10]*59.. and [12]*.. pooled = 11 ms; now 15 ms
+    (ch,) = s.changes
+    assert ch.baseline_p50_ms == pytest.approx(11.0)
+    assert ch.now_p50_ms == pytest.approx(15.0)
+    assert ch.change_pct == pytest.approx(100 * (15 / 11 - 1))
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.99) == pytest.approx(3.97)
+
+
+def test_top_once_draws_the_frame(tmp_path: Path) -> None:
+    # GIVEN: a finished run's raw dir, two ranks, 3 cycles each
+    run = tmp_path / "run"
+    for rank in (0, 1):
+        rows = [r for c in range(3) for r in _cycle_rows(c, c * 5000, c * 10)]
+        _write_raw(run / "raw", 100 + rank, rank, [rows])
+    # WHEN
+    result = CliRunner().invoke(cli, ["top", str(run), "--once", "--width", "120"])
+    # THEN
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "finished" in out
+    assert "lagging rank" in out
+    # verify 2000 ns every cycle; draft 900 ns, then 3000 ns (2100 ns idle since verify)
+    verify_rows = [ln for ln in out.splitlines() if "│ verify" in ln and "│   " in ln]
+    assert verify_rows
+    assert all("0.002" in ln for ln in verify_rows)
+    assert any("draft" in ln and "0.003" in ln for ln in out.splitlines())
+    # a screen recorded with rich's Console(record=True)
+    from tracekit.live.top import TopView
+
+    console = Console(record=True, width=120)
+    console.print(TopView(run).frame())
+    text = console.export_text()
+    assert "Ranks (over the window)" in text
+    assert "0.002" in text  # verify's 2000 ns wall, in ms
+
+
+def test_top_without_raw_dir_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["top", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no `raw/` directory" in result.output
