@@ -32,9 +32,10 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
 
-    from tests.outputs_synth import make_run
     from tracekit.analyzers.breakdown import analyze
     from tracekit.analyzers.summary import summary_from
+
+    from tests.outputs_synth import make_run
     from tracekit.distributed import start, use_engine
 
     base = args.dir or Path(tempfile.mkdtemp(prefix="tk-dask-"))
