@@ -395,6 +395,13 @@ def analyze(
     run_dir = Path(run_dir)
     rule_table = rules if isinstance(rules, RuleTable) else load_rules(rules)
     table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
+    from tracekit.distributed import current_engine
+
+    if (engine := current_engine()) is not None:  # one task a rank on Dask (analyzers/distributed.py)
+        from tracekit.analyzers.distributed import analyze_on
+
+        on_engine: Analysis = analyze_on(engine, run_dir, rule_table, table)
+        return on_engine
     bds, cycs, comms, recs = [], [], [], []
     unknown: set[str] = set()
     counts: dict[str, int] = {}

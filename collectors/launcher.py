@@ -59,6 +59,8 @@ class LaunchOptions:
     flush_seconds: float = 1.0
     nvml: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
+    node_rank: int | None = None  # multi-node: this node's part goes to out/name/parts/node-K
+    nnodes: int | None = None
     keep_bytes: int = 0  # retention of each process's records (collectors/segments.py); 0: all
     keep_seconds: float = 0.0
     metrics_port: int | None = None  # serve Prometheus metrics from here (tracekit/live)
@@ -247,7 +249,15 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
         msg = f"command not found: {opts.command[0]!r}; check the command after `--`"
         raise CollectorError(msg)
 
-    run_dir = create_run_dir(Path(opts.out), opts.name or default_name(opts.command))
+    from tracekit.collectors import multinode
+
+    node_rank, nnodes, node_source = multinode.detect(
+        opts.command, node_rank=opts.node_rank, nnodes=opts.nnodes
+    )
+    if node_rank is None:
+        run_dir = create_run_dir(Path(opts.out), opts.name or default_name(opts.command))
+    else:
+        run_dir = multinode.create_part_dir(Path(opts.out), opts.name, node_rank)
     layout = RunLayout(run_dir)
     layout.raw.mkdir()
     phases_copy = layout.raw / "phasemap.toml"
@@ -287,6 +297,9 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
         "command": redact_argv(opts.command),
         "cwd": os.getcwd(),
         "host": socket.gethostname(),
+        "node_rank": node_rank,
+        "nnodes": nnodes,
+        "node_source": node_source or None,
         "adapter": pmap.name,
         "phasemap": str(opts.phasemap_path),
         "package": pmap.package,

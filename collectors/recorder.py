@@ -174,7 +174,22 @@ def _as_accept_len(value: object) -> float | None:
     return None
 
 
-_time_ns = time.time_ns
+ENV_TEST_CLOCK_OFFSET = "TRACEKIT_TEST_CLOCK_OFFSET_NS"
+
+
+def _test_clock() -> Callable[[], int]:
+    """time.time_ns, or, for tests only, time.time_ns + TRACEKIT_TEST_CLOCK_OFFSET_NS: the CPU
+    times this process records read as on a host whose clock is that far ahead (the two-node
+    test in tests/integration/test_multinode.py recovers it; docs/multinode.md)."""
+    text = os.environ.get(ENV_TEST_CLOCK_OFFSET, "").strip()
+    offset = int(text) if text.lstrip("-").isdecimal() else 0
+    if not offset:
+        return time.time_ns
+    clock = time.time_ns
+    return lambda: clock() + offset
+
+
+_time_ns = _test_clock()
 _modules = sys.modules
 
 

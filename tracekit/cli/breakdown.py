@@ -18,6 +18,7 @@ from tracekit.cli._analysis import (
     run_dir_argument,
 )
 from tracekit.cli._console import make_console, new_table, print_table
+from tracekit.cli._engine import engine_options
 
 if TYPE_CHECKING:
     import polars as pl
@@ -139,6 +140,7 @@ def render(rows: pl.DataFrame, by: str | None, note: str | None = None) -> None:
 )
 @rules_option
 @cycles_option
+@engine_options
 def command(
     run_dir: Path,
     as_json: bool,

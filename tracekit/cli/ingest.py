@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tracekit.cli._engine import engine_options
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -49,6 +51,7 @@ PROGRESS_BYTES = 64 << 20
     default=None,
     help="Phase map (TOML) recorded in run.json for the analysis commands.",
 )
+@engine_options
 def command(
     paths: tuple[Path, ...], run_dir: Path, rank: int | None, jobs: int | None, phases: Path | None
 ) -> None:

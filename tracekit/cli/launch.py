@@ -66,6 +66,19 @@ import click
     "thread), so a process killed with SIGKILL loses at most this much.",
 )
 @click.option(
+    "--node-rank",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Multi-node: this node's rank; its part goes to OUT/NAME/parts/node-K (default: the "
+    "command's --node-rank, else NODE_RANK). See docs/multinode.md.",
+)
+@click.option(
+    "--nnodes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Multi-node: the number of nodes (default: the command's --nnodes, else NNODES).",
+)
+@click.option(
     "--keep",
     "keep",
     default=None,
@@ -115,6 +128,8 @@ def command(
     no_merge: bool,
     grace: float,
     flush_seconds: float,
+    node_rank: int | None,
+    nnodes: int | None,
     keep: str | None,
     keep_hours: float | None,
     metrics_port: int | None,
@@ -163,6 +178,8 @@ def command(
         merge=not no_merge,
         grace_s=grace,
         flush_seconds=flush_seconds,
+        node_rank=node_rank,
+        nnodes=nnodes,
         keep_bytes=parse_size(keep, option="--keep") if keep else 0,
         keep_seconds=keep_hours * 3600 if keep_hours else 0.0,
         metrics_port=metrics_port,
@@ -181,7 +198,11 @@ def command(
             f"{m.counters} counter samples, {m.events} events",
             err=True,
         )
-        click.echo(f"Next: tracekit summary {result.run_dir}", err=True)
+        if result.run_manifest.get("node_rank") is not None:
+            run = result.run_dir.parent.parent
+            click.echo(f"Next, once every node finished: tracekit merge {run}", err=True)
+        else:
+            click.echo(f"Next: tracekit summary {result.run_dir}", err=True)
     else:
         click.echo(f"Next: tracekit merge {result.run_dir}", err=True)
     sys.exit(result.exit_code)

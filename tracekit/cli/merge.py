@@ -1,4 +1,5 @@
-"""`tracekit merge RUN_DIR`: raw per-rank collector output -> the Parquet store."""
+"""`tracekit merge RUN_DIR`: raw per-rank collector output -> the Parquet store; `tracekit
+merge PART... -o RUN`: the parts of a multi-node run joined onto one clock."""
 
 from __future__ import annotations
 
@@ -7,21 +8,52 @@ from pathlib import Path
 
 import click
 
+from tracekit.cli._engine import engine_options
+
 
 @click.command(name="merge")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Join the parts PATHS (one a node) into this run directory, on one clock.",
+)
+@click.option(
+    "--nnodes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Nodes the run had, when the parts do not say (a missing node is reported).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the merge result as JSON on stdout.")
-def command(run_dir: Path, as_json: bool) -> None:
+@engine_options
+def command(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json: bool) -> None:
     """Turn RUN_DIR/raw (written by `tracekit launch`) into the phases, cycles, manifests,
     counters and events tables. Missing or partial ranks are reported; the rest is merged.
+
+    With several parts (`tracekit launch --node-rank K` on each node) or a run directory that
+    holds `parts/node-K/`, join them: each part's clock is aligned on the collectives
+    (docs/multinode.md), a missing node is reported and the rest joined.
 
     \b
     Example:
         tracekit launch --no-merge -- python -m tracekit.demo
         tracekit merge tracekit-runs/<run>
+        tracekit merge node0/run node1/run -o run     # parts copied from each node
+        tracekit merge tracekit-runs/<name>           # parts on shared storage
     """
+    from tracekit.store.parts import part_dirs
+
+    if out is not None or len(paths) > 1 or part_dirs(paths[0]):
+        _join(paths, out, nnodes, as_json)
+        return
     from tracekit.store.merge import merge
 
+    run_dir = paths[0]
     res = merge(run_dir)
     for w in res.warnings:
         click.echo(f"tracekit: warning: {w}", err=True)
@@ -49,3 +81,59 @@ def command(run_dir: Path, as_json: bool) -> None:
             err=True,
         )
         click.echo(f"Next: tracekit summary {run_dir}", err=True)
+
+
+def _join(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json: bool) -> None:
+    from tracekit.distributed import current_engine
+    from tracekit.errors import InputError
+    from tracekit.store.parts import join, part_dirs
+
+    if out is None:
+        if len(paths) == 1 and part_dirs(paths[0]):
+            out = paths[0]
+        else:
+            msg = "several parts need `-o RUN_DIR`, the run directory to join them into"
+            raise InputError(msg)
+    engine = current_engine()
+    res = join(list(paths), out, nnodes=nnodes, map_fn=engine.starmap if engine else None)
+    for w in res.warnings:
+        click.echo(f"tracekit: warning: {w}", err=True)
+    clock = [c.as_dict() for c in res.clock]
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "run_dir": str(res.run_dir),
+                    "ranks": res.ranks,
+                    "parts": [str(p.path) for p in res.parts],
+                    "nnodes": res.nnodes,
+                    "missing_nodes": res.missing_nodes,
+                    "missing_ranks": res.missing_ranks,
+                    "clock": clock,
+                    "rows": res.rows,
+                    "warnings": res.warnings,
+                },
+                indent=2,
+            )
+        )
+        return
+    for c in res.clock:
+        if c.method == "collectives":
+            how = (
+                f"offset {c.offset_ns / 1e3:+.1f} us +- {(c.error_ns or 0) / 1e3:.1f} us "
+                f"({c.anchors} collectives, spread {(c.spread_ns or 0) / 1e3:.1f} us)"
+            )
+            if c.bound_low_ns is not None and c.bound_high_ns is not None:
+                how += (
+                    f", within [{c.bound_low_ns / 1e3:+.1f}, {c.bound_high_ns / 1e3:+.1f}] us "
+                    "by causality"
+                )
+        else:
+            how = c.method
+        click.echo(f"  {c.part} ({c.host or 'host ?'}): {how}", err=True)
+    click.echo(
+        f"Joined {len(res.parts)} part(s), {len(res.ranks)} rank(s) into {out}: "
+        + ", ".join(f"{n} {t} rows" for t, n in sorted(res.rows.items())),
+        err=True,
+    )
+    click.echo(f"Next: tracekit summary {out}", err=True)

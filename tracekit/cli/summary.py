@@ -17,6 +17,7 @@ from tracekit.cli._analysis import (
     run_dir_argument,
 )
 from tracekit.cli._console import make_console, new_table, print_table
+from tracekit.cli._engine import engine_options
 
 if TYPE_CHECKING:
     from tracekit.analyzers.steady import CycleChoice
@@ -121,6 +122,7 @@ def render(summary: dict[str, Any]) -> None:
 @json_option
 @rules_option
 @cycles_option
+@engine_options
 def command(
     run_dir: Path,
     as_json: bool,

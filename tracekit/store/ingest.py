@@ -160,6 +160,13 @@ def _run(
     tasks: list[_Task], *, jobs: int | None, progress: ProgressCallback | None
 ) -> list[_Outcome]:
     total = len(tasks)
+    from tracekit.distributed import current_engine
+
+    if (engine := current_engine()) is not None:  # one task a file on Dask
+        done = engine.map(_ingest_one, tasks)
+        if progress:
+            progress(total, total)
+        return done
     workers = min(jobs or os.cpu_count() or 1, total)
     outcomes: list[_Outcome] = []
     if workers <= 1:

@@ -662,6 +662,8 @@ def merge(run_dir: Path | str) -> MergeResult:
             warnings.append(missing)
 
     world = _world_size(procs)
+    if world is not None and run.get("node_rank") is not None:
+        world = None  # one node's part: the other ranks are on other nodes (the join checks)
     if world is not None:
         result.missing_ranks = [r for r in range(world) if r not in result.ranks]
         unexplained = [r for r in result.missing_ranks if r not in explained]
