@@ -74,13 +74,19 @@ NOT_MEASURED = (
 )
 
 
-def allreduce_measured(bd: pl.DataFrame, collectives: pl.DataFrame) -> bool:
-    """False when a multi-rank run shows no communication at all: its collectives were
+def allreduce_measured(
+    bd: pl.DataFrame, collectives: pl.DataFrame, instances: dict[str, int] | None = None
+) -> bool:
+    """False when a multi-rank run shows no communication at all: no communication time, no
+    collective, and no `allreduce` phase call (wrapped or annotated); its collectives were
     invisible to the collectors (DEFINITIONS.md "Summary"). A single rank has nothing to
-    communicate: 0 is then a measurement."""
+    communicate: 0 is then a measurement. So is a run whose allreduce calls were seen but ran
+    no device work (gloo on GPU ranks in full mode: host-side, overhead on the device
+    timeline)."""
     if bd.height == 0 or bd["rank"].n_unique() < 2:
         return True
-    return int(bd["allreduce_ns"].sum()) > 0 or collectives.height > 0
+    seen_calls = bool(instances and instances.get("allreduce", 0) > 0)
+    return int(bd["allreduce_ns"].sum()) > 0 or collectives.height > 0 or seen_calls
 
 
 def cycle_totals(recorded: pl.DataFrame) -> dict[str, Any]:
@@ -141,7 +147,7 @@ def summary_from(analysis: Analysis, choice: CycleChoice | None = None) -> dict[
         bd = analysis.breakdown
         shares_note = "the profiled cycles lie outside the steady state; shares from them"
     coll = steady.keep(analysis.collectives)
-    measured = allreduce_measured(analysis.breakdown, analysis.collectives)
+    measured = allreduce_measured(analysis.breakdown, analysis.collectives, analysis.instances)
     phases = phase_stats(bd)
     if not measured:
         for p in phases.values():

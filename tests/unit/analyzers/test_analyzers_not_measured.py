@@ -23,6 +23,9 @@ def test_allreduce_measured_rules() -> None:
     assert allreduce_measured(_bd([0, 1], [0, 5]), NO_COMM)
     comm = pl.DataFrame({"rank": [1], "cycle": [0]})
     assert allreduce_measured(_bd([0, 1], [0, 0]), comm)
+    # allreduce calls seen, no device work (gloo on GPU ranks, full mode): a measured 0
+    assert allreduce_measured(_bd([0, 1], [0, 0]), NO_COMM, {"verify": 4, "allreduce": 8})
+    assert not allreduce_measured(_bd([0, 1], [0, 0]), NO_COMM, {"verify": 4})
 
 
 def _two_rank_light(run_dir: Path, *, allreduce: bool) -> Path:
