@@ -19,7 +19,10 @@ SCHEMA = {
 
 def _walk(ranges: pl.DataFrame) -> pl.DataFrame:
     df = ranges.sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
-    return _nest_loop(df.with_row_index("inst").with_columns(pl.col("inst").cast(pl.Int64)))
+    out: pl.DataFrame = _nest_loop(
+        df.with_row_index("inst").with_columns(pl.col("inst").cast(pl.Int64))
+    )
+    return out
 
 
 def _frame(rows: list[tuple[int | None, int, str, int, int]]) -> pl.DataFrame:
