@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import polars as pl
+import pyarrow.parquet as pq
 
-from tracekit.store.reader import has_table, ranks, scan_table, table_files
+from tracekit.store.reader import check_schema_version, has_table, ranks, scan_table, table_files
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
@@ -61,14 +63,27 @@ def _read_events(run_dir: Path, rank: int) -> pl.DataFrame:
     if hit is not None:
         return hit
     _cache.clear()
-    frame = (
-        scan_table(run_dir, "events", rank=rank)
-        .select(EVENT_COLUMNS)
-        .filter(pl.col("cat").is_in(KEPT_CATS))
-        .collect()
-    )
+    frame = _read_parts(run_dir, rank).filter(pl.col("cat").is_in(KEPT_CATS))
     _cache[key] = frame
     return frame
+
+
+def _read_parts(run_dir: Path, rank: int) -> pl.DataFrame:
+    """EVENT_COLUMNS of the rank's events parts, in file order. Read by pyarrow and handed
+    to polars (dictionary columns become Categorical): the same frame as `scan_table(...)
+    .select(EVENT_COLUMNS)`, in about half the CPU time of polars' own Parquet reader here."""
+    frames = []
+    for r, f in table_files(run_dir, "events"):
+        if r != rank:
+            continue
+        check_schema_version(f)
+        present = set(pq.read_schema(f).names)
+        table = pq.read_table(f, columns=[c for c in EVENT_COLUMNS if c in present])
+        frames.append(cast("pl.DataFrame", pl.from_arrow(table)))
+    if not frames:
+        return scan_table(run_dir, "events", rank=rank).select(EVENT_COLUMNS).collect()
+    merged = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    return merged.select(EVENT_COLUMNS)
 
 
 def scan_events(run_dir: Path, rank: int) -> pl.LazyFrame | None:

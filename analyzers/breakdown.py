@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import polars as pl
 from tracekit.analyzers import _load
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
@@ -139,17 +140,15 @@ def _exact(run_dir: Path, rp: RankPhases, table: ImplTable) -> tuple[pl.DataFram
         .agg(pl.len().cast(pl.Int64).alias("graph_launches"))
     )
     graph_corr = launches.filter(is_graph).select("correlation").unique()
-    by_corr = (
-        launches.filter(pl.col("correlation").is_not_null())
-        .unique("correlation", keep="first")
-        .select("correlation", "inst")
-    )
+    by_corr = launches.filter(pl.col("correlation").is_not_null()).select("correlation", "inst")
+    if by_corr["correlation"].n_unique() < by_corr.height:  # cheaper than `unique` when none repeat
+        by_corr = by_corr.unique("correlation", keep="first")
     names = gpu["name"].unique()
     labels = _labels(names.cast(pl.String).to_list(), table, rocm=rocm).with_columns(
         pl.col("name").cast(names.dtype)
     )
     intervals = (
-        gpu.join(by_corr, on="correlation", how="left")
+        gpu.with_columns(_inst_by_correlation(gpu["correlation"], by_corr))
         .join(labels, on="name", how="left")
         .join(graph_corr.with_columns(pl.lit(True).alias("_g")), on="correlation", how="left")
         .with_columns(
@@ -158,6 +157,24 @@ def _exact(run_dir: Path, rp: RankPhases, table: ImplTable) -> tuple[pl.DataFram
         )
     )
     return _finish_intervals(intervals, rp, graph_launches)
+
+
+def _inst_by_correlation(corr: pl.Series, by_corr: pl.DataFrame) -> pl.Series:
+    """`inst` of the launch with each correlation id (null where none): the left join of
+    `corr` on by_corr's unique `correlation`, as a binary search over the sorted ids (several
+    times cheaper than polars' hash join at a rank's 10^5 to 10^6 rows)."""
+    keys = by_corr["correlation"].to_numpy()
+    vals = by_corr["inst"].fill_null(-1).to_numpy()
+    if len(keys) > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
+        order = np.argsort(keys, kind="stable")
+        keys, vals = keys[order], vals[order]
+    q = corr.fill_null(0).to_numpy()
+    if len(keys) == 0:
+        return pl.Series("inst", [None] * len(q), dtype=pl.Int64)
+    pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+    hit = (keys[pos] == q) & ~corr.is_null().to_numpy()
+    inst = np.where(hit, vals[pos], -1)
+    return pl.Series("inst", inst, dtype=pl.Int64).set(pl.Series(inst < 0), None)
 
 
 def _cpu_intervals(

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 from tracekit.analyzers import _load
 from tracekit.analyzers.cycles import assign_cycles, cycles_from_collector
@@ -57,9 +58,83 @@ def nest(ranges: pl.DataFrame) -> pl.DataFrame:
 
     A range is nested in the ranges on its (pid, tid) that started before it (or at the same
     time and end later) and end after its start. Returns the rows sorted by start, with `inst`.
+
+    The rule is that of a stack walked in that order (pop while the top ended at or before the
+    new start, then push); `_nest_loop` is that walk. Its result has a closed form, computed
+    here on whole columns: the range's parent is the LAST earlier range on its thread that ends
+    after its start (every later one ended before it and was popped; that one never can be), its
+    depth the parent's plus one and its top the parent's top.
     """
     df = ranges.sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
     df = df.with_row_index("inst").with_columns(pl.col("inst").cast(pl.Int64))
+    if df.height == 0 or df["start_ns"].has_nulls() or df["end_ns"].has_nulls():
+        return _nest_loop(df)  # nulls: the walk's own behaviour
+    key = pl.col("pid").ne_missing(pl.col("pid").shift(1)) | pl.col("tid").ne_missing(
+        pl.col("tid").shift(1)
+    )
+    first = df.select(key.fill_null(True).arg_true()).to_series().to_numpy()
+    starts = df["start_ns"].to_numpy()
+    ends = df["end_ns"].to_numpy()
+    n = len(starts)
+    lo = np.repeat(first, np.diff(np.append(first, n)))  # first row of each row's thread
+    parent = _last_ending_after(ends, starts, lo)
+    depth, top = _chain(parent)
+    of = pl.Series("_of", np.maximum(parent, 0))
+    return df.with_columns(
+        pl.Series("depth", depth, dtype=pl.Int32),
+        pl.when(pl.Series(parent >= 0))
+        .then(pl.col("phase").cast(pl.String).gather(of))
+        .otherwise(pl.lit(None, dtype=pl.String))
+        .alias("parent"),
+        pl.Series("top", top, dtype=pl.Int64),
+    )
+
+
+def _last_ending_after(ends: np.ndarray, starts: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """For each row i: the largest k in [lo[i], i) with ends[k] > starts[i], else -1.
+
+    Binary lifting over a sparse table of range maxima of `ends`: move a bound left from i by
+    2^j rows while those rows all end at or before the start (the test is monotone in the
+    bound), largest steps first; the row just left of the final bound is the answer if it is
+    in the thread and ends after the start."""
+    n = len(ends)
+    idx = np.arange(n, dtype=np.int64)
+    table = [ends]  # table[j][x] = max(ends[x : x + 2**j])
+    while (1 << len(table)) <= n:
+        prev, half = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[: len(prev) - half], prev[half:]))
+    pos = idx.copy()  # exclusive bound: rows [pos, i) all end at or before starts[i]
+    for j in range(len(table) - 1, -1, -1):
+        step = 1 << j
+        cand = pos - step
+        ok = cand >= lo
+        row = np.flatnonzero(ok)
+        if row.size == 0:
+            continue
+        fits = table[j][cand[row]] <= starts[row]
+        pos[row[fits]] = cand[row[fits]]
+    k = pos - 1
+    found = (k >= lo) & (ends[np.maximum(k, 0)] > starts)
+    return np.where(found, k, -1)
+
+
+def _chain(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth (number of ancestors) and top (the outermost ancestor, itself at depth 0) of each
+    row of a forest given by parent indices (-1: a root), by pointer doubling."""
+    n = len(parent)
+    idx = np.arange(n, dtype=np.int64)
+    jump = np.where(parent < 0, idx, parent)
+    dist = (parent >= 0).astype(np.int64)
+    while True:
+        nxt = jump[jump]
+        if np.array_equal(nxt, jump):
+            return dist.astype(np.int32), jump
+        dist = dist + dist[jump]
+        jump = nxt
+
+
+def _nest_loop(df: pl.DataFrame) -> pl.DataFrame:
+    """`nest`'s rule as the stack walk itself, on rows already sorted and numbered."""
     pids = df["pid"].to_list()
     tids = df["tid"].to_list()
     starts = df["start_ns"].to_list()

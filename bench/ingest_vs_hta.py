@@ -5,10 +5,13 @@ Builds (once) an 8-rank set of about 800 MB raw JSON under bench/_work: the HTA 
 (ids shifted so they stay unique). Installs holistictraceanalysis==0.5.0 in its own venv there
 (bench/_work/hta-venv), then times both tools on the same files in one run, each in a fresh
 process: wall time and peak memory (largest single process RSS, and the whole process tree's
-RSS and PSS, sampled every 20 ms). Prints a Markdown table for docs/BENCHMARKS.md.
+RSS and PSS, sampled every 20 ms). With --traceinsight, HTA's successor on PyPI (traceinsight 0.6,
+which ships the same `hta` package) is a second peer in its own venv (bench/_work/ti-venv), run
+in the same rounds: tracekit, HTA, traceinsight, round after round. Prints a Markdown table
+for docs/BENCHMARKS.md and the load average before each measurement.
 
 Usage:
-    python bench/ingest_vs_hta.py [--runs 3] [--skip-hta] [--check-temporal]
+    python bench/ingest_vs_hta.py [--runs 3] [--skip-hta] [--traceinsight] [--check-temporal]
 
 Not a test: it takes minutes and needs the development corpus (../shared/corpus).
 """
@@ -36,6 +39,7 @@ CORPUS = Path(os.environ.get("TRACEKIT_CORPUS", REPO.parent / "shared" / "corpus
 SOURCE = CORPUS / "trace_diff_control" / "control.json.gz"
 SET_DIR = WORK / "control_x3_8rank"
 HTA_VENV = WORK / "hta-venv"
+TI_VENV = WORK / "ti-venv"
 RANKS = 8
 COPIES = 3
 ID_SHIFT = 10_000_000
@@ -88,20 +92,23 @@ def build_set() -> list[Path]:
     return files
 
 
-def ensure_hta() -> Path:
-    py = HTA_VENV / "bin" / "python"
-    probe = [
-        str(py),
-        "-c",
-        "import hta, importlib.metadata as m; print(m.version('holistictraceanalysis'))",
-    ]
+def ensure_venv(venv: Path, dist: str, spec: str) -> Path:
+    """A venv holding `spec` (its distribution `dist` provides the `hta` package)."""
+    py = venv / "bin" / "python"
+    probe = [str(py), "-c", f"import hta, importlib.metadata as m; print(m.version('{dist}'))"]
     if py.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         return py
-    subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "holistictraceanalysis==0.5.0"], check=True
-    )
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", spec], check=True)
     return py
+
+
+def ensure_hta() -> Path:
+    return ensure_venv(HTA_VENV, "holistictraceanalysis", "holistictraceanalysis==0.5.0")
+
+
+def ensure_traceinsight() -> Path:
+    return ensure_venv(TI_VENV, "traceinsight", "traceinsight==0.6.*")
 
 
 @dataclass
@@ -197,6 +204,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument(
+        "--traceinsight",
+        action="store_true",
+        help="also time traceinsight 0.6 (HTA's successor) in the same rounds",
+    )
+    ap.add_argument(
         "--check-temporal",
         action="store_true",
         help="also compare HTA's temporal breakdown with `tracekit temporal --hta-rounding`",
@@ -212,27 +224,41 @@ def main() -> None:
         flush=True,
     )
 
-    results: dict[str, list[Sample]] = {"tracekit": [], "hta": []}
+    results: dict[str, list[Sample]] = {"tracekit": [], "hta": [], "traceinsight": []}
     hta_py = None if args.skip_hta else ensure_hta()
+    ti_py = ensure_traceinsight() if args.traceinsight else None
     tmp = Path(tempfile.mkdtemp(prefix="tk-bench-"))
     try:
         for i in range(args.runs):
             out = tmp / f"run{i}"
+            _load_line("tracekit", i)
             s = measure([sys.executable, "-m", "tracekit", "ingest", str(SET_DIR), "-o", str(out)])
             results["tracekit"].append(s)
             print(f"tracekit run {i}: {s}", flush=True)
             if hta_py is not None:
                 extra = [str(tmp / "hta_temporal.json")] if args.check_temporal and i == 0 else []
+                _load_line("hta", i)
                 s = measure([str(hta_py), "-c", HTA_LOAD, str(SET_DIR), *extra])
                 results["hta"].append(s)
                 print(f"hta run {i}: {s}", flush=True)
+            if ti_py is not None:
+                _load_line("traceinsight", i)
+                s = measure([str(ti_py), "-c", HTA_LOAD, str(SET_DIR)])
+                results["traceinsight"].append(s)
+                print(f"traceinsight run {i}: {s}", flush=True)
             if i < args.runs - 1:
                 shutil.rmtree(out, ignore_errors=True)
         if args.check_temporal and hta_py is not None:
             check_temporal(tmp / f"run{args.runs - 1}", tmp / "hta_temporal.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     report(results, raw_mb, cores, len(files))
+
+
+def _load_line(tool: str, i: int) -> None:
+    one, five, _ = os.getloadavg()
+    print(f"{tool} run {i}: load average {one:.1f} (5 min {five:.1f}) at the start", flush=True)
 
 
 def check_temporal(run: Path, hta_json: Path) -> None:
@@ -282,13 +308,17 @@ def report(results: dict[str, list[Sample]], raw_mb: float, cores: int, ranks: i
             f"| {tool} | {len(xs)} | {wall:.2f} | {cpu:.1f} | {med(xs, 'max_rss_mb'):.0f} | {med(xs, 'tree_rss_mb'):.0f} | "
             f"{med(xs, 'tree_pss_mb'):.0f} | {raw_mb / wall:.0f} | {raw_mb / wall / cores:.0f} | {raw_mb / cpu:.0f} |"
         )
-    if results["tracekit"] and results["hta"]:
-        tk, hta = results["tracekit"], results["hta"]
+    tk = results["tracekit"]
+    for peer in ("hta", "traceinsight"):
+        other = results[peer]
+        if not (tk and other):
+            continue
         print()
         print(
-            f"speed-up {med(hta, 'wall_s') / med(tk, 'wall_s'):.1f}x; peak RSS (largest process) "
-            f"{med(tk, 'max_rss_mb') / med(hta, 'max_rss_mb'):.2f} of HTA's; tree PSS "
-            f"{med(tk, 'tree_pss_mb') / med(hta, 'tree_pss_mb'):.2f} of HTA's; {ranks} ranks, {raw_mb:.0f} MB"
+            f"vs {peer}: speed-up {med(other, 'wall_s') / med(tk, 'wall_s'):.1f}x wall, "
+            f"{med(other, 'cpu_s') / med(tk, 'cpu_s'):.1f}x CPU; peak RSS (largest process) "
+            f"{med(tk, 'max_rss_mb') / med(other, 'max_rss_mb'):.2f} of {peer}'s; tree PSS "
+            f"{med(tk, 'tree_pss_mb') / med(other, 'tree_pss_mb'):.2f}; {ranks} ranks, {raw_mb:.0f} MB"
         )
 
 

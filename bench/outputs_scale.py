@@ -6,7 +6,7 @@ per cycle and rank `tracekit/cycle`, draft and verify annotations, `aten::mm` op
 allreduce, NVML counters) are written to a temporary directory first; only the export and
 the report are timed, each the median of --repeat runs.
 
-    python bench/outputs_scale.py [--events 4000000] [--repeat 3] [--jobs N]
+    python bench/outputs_scale.py [--events 4000000] [--repeat 3] [--jobs N] [--skip-report]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument(
         "--jobs", type=int, default=None, help="export worker processes (default: auto)"
     )
+    ap.add_argument("--skip-report", action="store_true", help="time the Perfetto export only")
     args = ap.parse_args()
     cpus = os.cpu_count()
     print(f"machine: {cpus} CPUs, Python {sys.version.split()[0]}")
@@ -68,13 +69,23 @@ def main() -> None:
         rows = []
         for jobs in sorted({1, args.jobs or min(ranks, cpus or 1)}):
             stats = {}
+            cpu: list[float] = []
 
-            def run_export(jobs: int = jobs, stats: dict = stats) -> None:
+            def run_export(jobs: int = jobs, stats: dict = stats, cpu: list = cpu) -> None:
+                c = time.process_time()
                 stats["s"] = export(run, out, jobs=jobs)
+                cpu.append(time.process_time() - c)
 
+            load0 = os.getloadavg()[0]
             dt = median_time(run_export, args.repeat)
             size = out.stat().st_size
             rows.append((jobs, dt, n / dt, size, stats["s"]))
+            print(
+                f"jobs {jobs}: CPU of this process (workers not counted) median "
+                f"{statistics.median(cpu):.2f} s ({n / statistics.median(cpu):,.0f} events per CPU s); "
+                f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end",
+                flush=True,
+            )
         print()
         print(
             "| export | events | jobs | seconds (median) | events/s | file MB | bytes/event | target |"
@@ -86,6 +97,8 @@ def main() -> None:
                 f"| perfetto | {n:,} | {jobs} | {dt:.2f} | {rate:,.0f} | {size / 1e6:.1f} | {size / n:.1f} | >= 1M/s: {ok} |"
             )
         print(f"(kernel lanes: {rows[0][4].kernel_lanes}, counter samples: {rows[0][4].counters})")
+        if args.skip_report:
+            return
 
         # -- HTML report ---------------------------------------------------------------------------
         spec, base = root / "spec", root / "base"
