@@ -16,6 +16,7 @@ from typing import cast
 
 import numpy as np
 import polars as pl
+
 from tracekit.analyzers import _load
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
 from tracekit.analyzers.cyclerule import no_cycle_message
@@ -23,7 +24,6 @@ from tracekit.analyzers.graphs import GRAPH_LAUNCH
 from tracekit.analyzers.phases import RankPhases, _from_collector, iter_rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.analyzers.timeline import split
-
 from tracekit.errors import NoCyclesError
 
 BREAKDOWN_COLUMNS = [
@@ -414,7 +414,9 @@ def analyze(
     table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
     from tracekit.distributed import current_engine
 
-    if (engine := current_engine()) is not None:  # one task a rank on Dask (analyzers/distributed.py)
+    if (
+        engine := current_engine()
+    ) is not None:  # one task a rank on Dask (analyzers/distributed.py)
         from tracekit.analyzers.distributed import analyze_on
 
         on_engine: Analysis = analyze_on(engine, run_dir, rule_table, table)

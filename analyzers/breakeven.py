@@ -15,7 +15,6 @@ from typing import Any
 from tracekit.analyzers.breakdown import analyze
 from tracekit.analyzers.steady import CycleChoice, decide
 from tracekit.analyzers.summary import cycle_totals
-
 from tracekit.errors import InputError
 
 NS_PER_MS = 1_000_000

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
 from tracekit.analyzers.breakdown import analyze
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.analyzers.steady import CycleChoice, decide
-
 from tracekit.errors import InputError
 from tracekit.store.reader import has_table, scan_table
 

@@ -14,15 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
+
 from tracekit.analyzers import _load
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable
 from tracekit.analyzers.rules import RuleTable
-
 from tracekit.errors import NoCyclesError
 
 if TYPE_CHECKING:
     from tracekit.analyzers.breakdown import Analysis
-
     from tracekit.distributed import DaskEngine
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+
 from tracekit.analyzers.allreduce import load_impl_table
 from tracekit.analyzers.breakdown import rank_intervals
 from tracekit.analyzers.phases import iter_rank_phases
@@ -59,4 +60,3 @@ def top_kernels(
         .select(list(schema))
     )
     return out
-

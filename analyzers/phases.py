@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+
 from tracekit.analyzers import _load
 from tracekit.analyzers.cycles import assign_cycles, cycles_from_collector
 from tracekit.analyzers.rules import CYCLE, RuleTable, load_rules
-
 from tracekit.errors import StoreError
 from tracekit.store.reader import has_table
 

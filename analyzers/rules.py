@@ -14,7 +14,6 @@ from importlib import resources
 from pathlib import Path
 
 from tracekit.analyzers.allreduce import _load_toml
-
 from tracekit.errors import InputError
 
 CYCLE = "\x00cycle"  # the phase value of a range that marks a cycle

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import polars as pl
+
 from tracekit.analyzers.breakdown import analyze
 
 SKEW_COLUMNS = [

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
 from tracekit.analyzers.breakdown import Analysis, analyze
 from tracekit.analyzers.rules import RuleTable
 from tracekit.analyzers.skew import phase_skew, skew_from

@@ -131,7 +131,6 @@ def measure(run_dir: Path) -> dict[str, float]:
     t0 = time.perf_counter()
     from tracekit.analyzers.breakdown import analyze
     from tracekit.analyzers.summary import summary_from
-
     from tracekit.cli.breakdown import grouped
 
     a = analyze(run_dir)

@@ -32,10 +32,9 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
 
+    from tests.outputs_synth import make_run
     from tracekit.analyzers.breakdown import analyze
     from tracekit.analyzers.summary import summary_from
-
-    from tests.outputs_synth import make_run
     from tracekit.distributed import start, use_engine
 
     base = args.dir or Path(tempfile.mkdtemp(prefix="tk-dask-"))
@@ -58,10 +57,11 @@ def main() -> None:
     local = summary_from(analyze(run))
     local_s = time.perf_counter() - t
     assert local == on_dask, "local and Dask summaries differ"
-    print(f"{args.ranks} ranks x {args.cycles} cycles: local {local_s:.2f} s "
-          f"(peak RSS {_peak_rss_mb():.0f} MB); Dask LocalCluster {args.workers} workers "
-          f"{dask_s:.2f} s, peak RSS per worker "
-          + ", ".join(f"{v:.0f} MB" for v in rss.values()))
+    print(
+        f"{args.ranks} ranks x {args.cycles} cycles: local {local_s:.2f} s "
+        f"(peak RSS {_peak_rss_mb():.0f} MB); Dask LocalCluster {args.workers} workers "
+        f"{dask_s:.2f} s, peak RSS per worker " + ", ".join(f"{v:.0f} MB" for v in rss.values())
+    )
 
 
 if __name__ == "__main__":

@@ -303,6 +303,7 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
     import types
 
     import torch
+
     from tracekit.collectors import recorder as recorder_mod
     from tracekit.collectors.phasemap import Site, Target
     from tracekit.collectors.recorder import Recorder, RecorderConfig

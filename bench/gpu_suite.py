@@ -337,6 +337,7 @@ def micro(device: str) -> dict[str, Any]:
     import types
 
     import torch
+
     from tracekit.collectors.phasemap import Site, Target
     from tracekit.collectors.recorder import Recorder, RecorderConfig
     from tracekit.collectors.wrappers import install

@@ -31,13 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracekit._version import __version__
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors import runtime as rt
 from tracekit.collectors.recorder import EXIT_DEADLINE_S, PROCESS_FILE
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.resolve import FOUND, UNKNOWN, installed_module_file, resolve_all
-
-from tracekit._version import __version__
 from tracekit.errors import CollectorError, TracekitError
 from tracekit.store.layout import RunLayout
 from tracekit.store.schema import SCHEMA_VERSION

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tracekit.collectors.redact import redact_argv, redact_value
-
 from tracekit._version import __version__
+from tracekit.collectors.redact import redact_argv, redact_value
 
 ENV_PREFIXES = (
     "NCCL_",

@@ -546,13 +546,13 @@ def _components(raw: object, source: str) -> tuple[ComponentSpec, ...]:
         value = entry["value"]
         if not isinstance(value, str) or not _COMPONENT_VALUE_RE.match(value):
             msg = (
-                f"{where}: `value` must be an argument path such as \"self.drafter\" or a call "
+                f'{where}: `value` must be an argument path such as "self.drafter" or a call '
                 f'such as "pkg.module:get_group().communicator", got {value!r}'
             )
             raise CollectorError(msg)
         name = entry["name"]
         if not isinstance(name, str) or not _PHASE_NAME_RE.match(name):
-            msg = f"{where}: `name` must be a name such as \"drafter\", got {name!r}"
+            msg = f'{where}: `name` must be a name such as "drafter", got {name!r}'
             raise CollectorError(msg)
         out.append(ComponentSpec(name, Target.parse(entry["at"], source=where), value))
     return tuple(out)

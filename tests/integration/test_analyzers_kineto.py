@@ -13,13 +13,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from tracekit.analyzers.breakdown import analyze, breakdown
-from tracekit.analyzers.diff import diff_runs
-from tracekit.analyzers.skew import skew
 
 from tests.integration import incident
 from tests.unit.analyzers import scenarios
 from tests.unit.analyzers.builders import RankTrace, write_events, write_kineto
+from tracekit.analyzers.breakdown import analyze, breakdown
+from tracekit.analyzers.diff import diff_runs
+from tracekit.analyzers.skew import skew
 from tracekit.store.ingest import ingest
 
 SAME = [

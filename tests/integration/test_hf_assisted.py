@@ -25,7 +25,6 @@ import pytest
 pytest.importorskip("transformers")
 
 from tracekit.analyzers.phases import rank_phases
-
 from tracekit.store.reader import read_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]

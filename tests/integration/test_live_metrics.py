@@ -122,9 +122,7 @@ def test_metrics_scraped_while_the_demo_runs_and_top_shows_it_17(tmp_path: Path)
     assert "running" in top.stdout
     assert "lagging rank" in top.stdout
     assert re.search(r"│\s+0\b.*│\s+verify", top.stdout)
-    assert re.search(
-        r"│\s+1\b.*│\s+verify", top.stdout
-    )
+    assert re.search(r"│\s+1\b.*│\s+verify", top.stdout)
     # the live figures are the breakdown's on the finished run (light mode), instance by instance
     # (every cycle: the live view shows warm-up too, the breakdown's default leaves it out)
     bd = subprocess.run(

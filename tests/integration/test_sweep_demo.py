@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tracekit.analyzers.sweep import load_sweep, measured_breakeven
 
+from tracekit.analyzers.sweep import load_sweep, measured_breakeven
 from tracekit.cli import cli
 
 pytest.importorskip("torch")

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tracekit.analyzers.temporal import temporal
 
+from tracekit.analyzers.temporal import temporal
 from tracekit.store.ingest import ingest
 
 # set, rank, idle_us, compute_us, non_compute_us, span_us, idle_pct, compute_pct, non_compute_pct

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracekit.analyzers.temporal import temporal
-
 from tracekit.store.ingest import ingest
 
 

@@ -18,10 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tracekit.collectors import recorder as recorder_mod
-from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
-from tracekit.collectors.wrappers import make_wrapper
 
 from tests.reliability._programs import (
     launch_cmd,
@@ -31,6 +27,10 @@ from tests.reliability._programs import (
     tracekit_lines,
     write_server,
 )
+from tracekit.collectors import recorder as recorder_mod
+from tracekit.collectors.phasemap import Site, Target
+from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.wrappers import make_wrapper
 from tracekit.store.merge import read_stream
 from tracekit.store.reader import read_table
 

@@ -13,13 +13,12 @@ import os
 import tracemalloc
 from pathlib import Path
 
+from tests.reliability.test_reliability_disk import read_sites
+from tests.reliability.test_reliability_nvml import Nvml
 from tracekit.collectors.nvml import COUNTERS_FILE, NvmlSampler
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import RECORDS_FILE, Recorder, RecorderConfig, decode
 from tracekit.collectors.wrappers import make_wrapper
-
-from tests.reliability.test_reliability_disk import read_sites
-from tests.reliability.test_reliability_nvml import Nvml
 from tracekit.store.merge import read_stream
 
 WARMUP = 2_000

@@ -21,11 +21,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
-from tracekit.collectors.launcher import LaunchOptions, launch
-from tracekit.collectors.recorder import PROCESS_FILE, RECORDS_FILE, SITES_FILE
 
 from tests.reliability._programs import launch_cmd, run, server_cmd, write_server
 from tracekit.cli import cli
+from tracekit.collectors.launcher import LaunchOptions, launch
+from tracekit.collectors.recorder import PROCESS_FILE, RECORDS_FILE, SITES_FILE
 from tracekit.store.reader import read_table
 
 CYCLES = 20

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from tracekit.collectors import nvml as nvml_mod
 from tracekit.collectors.nvml import COUNTERS_FILE, NvmlSampler
-
 from tracekit.store.merge import read_stream
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
-from tracekit.analyzers.breakdown import Analysis, analyze
-from tracekit.analyzers.summary import summary_from
 
 from tests.outputs_synth import make_run
+from tracekit.analyzers.breakdown import Analysis, analyze
+from tracekit.analyzers.summary import summary_from
 from tracekit.store.reader import scan_table
 
 distributed = pytest.importorskip("distributed")

@@ -541,7 +541,7 @@ def _unseen_cycle_phase(cycle_cfg: dict[str, Any], seen: set[str]) -> str | None
         if name and name not in seen:
             ran = ", ".join(sorted(seen)) or "none"
             return (
-                f"the phase map's cycle rule `{key} = \"{name}\"` needs phase `{name}`, which "
+                f'the phase map\'s cycle rule `{key} = "{name}"` needs phase `{name}`, which '
                 f"never ran in any rank (phases that ran: {ran}), so those steps are no cycles; "
                 "the drafter in use may not be in the map: see run.json's `targets`, or add its "
                 "function to the phase with `--phases FILE.toml`"

@@ -56,4 +56,3 @@ def write_partition(run_dir: Path, table: str, rank: int, data: pa.Table, *, par
     pq.write_table(data, tmp, compression="zstd")
     tmp.replace(path)
     return path
-

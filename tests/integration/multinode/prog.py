@@ -58,4 +58,3 @@ def main() -> None:
         time.sleep(0.001)
     dist.barrier()
     dist.destroy_process_group()
-

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tracekit.analyzers.allreduce import combine_labels, load_impl_table
 
+from tracekit.analyzers.allreduce import combine_labels, load_impl_table
 from tracekit.errors import InputError
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from tracekit.analyzers.breakdown import analyze, breakdown
-from tracekit.analyzers.phases import phase_instances
 
 from tests.unit.analyzers import scenarios
+from tracekit.analyzers.breakdown import analyze, breakdown
+from tracekit.analyzers.phases import phase_instances
 from tracekit.errors import StoreError
 
 COLS = ["rank", "cycle", "phase", "wall_ns", "forward_ns", "allreduce_ns", "overhead_ns"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+
 from tracekit.analyzers.cycles import assign_cycles
 from tracekit.analyzers.phases import nest
 

@@ -8,6 +8,9 @@ from typing import Any
 
 import polars as pl
 import pytest
+
+from tests.unit.analyzers import scenarios
+from tests.unit.analyzers.builders import write_rows
 from tracekit.analyzers.diff import (
     bootstrap_ci,
     command_change,
@@ -16,9 +19,6 @@ from tracekit.analyzers.diff import (
     manifest_changes,
 )
 from tracekit.analyzers.kernels import top_kernels
-
-from tests.unit.analyzers import scenarios
-from tests.unit.analyzers.builders import write_rows
 
 
 def test_bootstrap_ci_is_deterministic_and_brackets_the_shift() -> None:

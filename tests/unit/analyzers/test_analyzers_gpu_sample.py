@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tracekit.analyzers.breakdown import analyze
-from tracekit.analyzers.summary import summarize
 
 from tests.unit.analyzers.builders import write_rows
+from tracekit.analyzers.breakdown import analyze
+from tracekit.analyzers.summary import summarize
 
 
 def _sampled_run(run_dir: Path) -> Path:

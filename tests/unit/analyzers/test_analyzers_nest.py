@@ -6,6 +6,7 @@ import random
 
 import polars as pl
 from polars.testing import assert_frame_equal
+
 from tracekit.analyzers.phases import _nest_loop, nest
 
 SCHEMA = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from tracekit.analyzers.summary import allreduce_measured, summarize
 
 from tests.unit.analyzers.builders import write_rows
+from tracekit.analyzers.summary import allreduce_measured, summarize
 
 NO_COMM = pl.DataFrame({"rank": [], "cycle": []}, schema={"rank": pl.Int64, "cycle": pl.Int64})
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tracekit.analyzers.breakeven import breakeven, breakeven_runs
-from tracekit.analyzers.skew import skew
 
 from tests.unit.analyzers import scenarios
+from tracekit.analyzers.breakeven import breakeven, breakeven_runs
+from tracekit.analyzers.skew import skew
 from tracekit.cli import cli
 from tracekit.errors import InputError
 

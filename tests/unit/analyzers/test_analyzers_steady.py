@@ -12,11 +12,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+
+from tests.unit.analyzers.builders import write_rows
 from tracekit.analyzers.breakeven import breakeven_runs
 from tracekit.analyzers.steady import CycleChoice, decide, warmup_length
 from tracekit.analyzers.summary import summarize
-
-from tests.unit.analyzers.builders import write_rows
 from tracekit.cli import cli
 from tracekit.errors import InputError
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tracekit.analyzers.sweep import (
     Baseline,
     SweepPoint,
@@ -15,7 +16,6 @@ from tracekit.analyzers.sweep import (
     read_program_result,
     write_sweep,
 )
-
 from tracekit.errors import InputError
 
 CURVE = [(1.0, 80.0), (1.5, 95.0), (2.0, 110.0), (2.5, 125.0)]

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from tracekit.analyzers.temporal import busy_stats, hta_kernel_type, merge_intervals, temporal
 
 from tests.unit.store._traces import cpu, kernel, runtime, trace, write
+from tracekit.analyzers.temporal import busy_stats, hta_kernel_type, merge_intervals, temporal
 from tracekit.cli import cli
 from tracekit.store.ingest import ingest
 

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
 from tracekit.collectors.wrappers import make_wrapper
-
 from tracekit.errors import CollectorError
 from tracekit.store.merge import _phases_and_cycles, read_stream
 
@@ -258,4 +258,3 @@ def test_builtin_vllm_map_reads_the_rejection_samplers_parsed_output() -> None:
     assert bound.read(([[5, 6, 7], [8]], None), (), {}) == [3, 1]
     # the other phases read nothing (no rule to switch off, no message)
     assert all(not p.accept for p in pm.load_builtin("vllm").phases if p.name != "accept")
-

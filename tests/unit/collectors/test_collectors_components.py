@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tracekit.collectors import components, runtime
 from tracekit.collectors.phasemap import ComponentSpec, Site, Target, parse
 from tracekit.collectors.wrappers import install
-
 from tracekit.errors import CollectorError
 
 MAP = """

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tracekit.collectors import recorder as recorder_mod
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
 from tracekit.collectors.wrappers import make_wrapper
-
 from tracekit.store.merge import read_stream
 
 

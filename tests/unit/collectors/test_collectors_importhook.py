@@ -7,6 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from tracekit.collectors.importhook import PostImportHook
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors import runtime as rt
 from tracekit.collectors.launcher import (

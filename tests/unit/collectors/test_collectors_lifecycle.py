@@ -12,11 +12,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.profiler import CycleCounter, CycleWindow, ProfileWindow
 from tracekit.collectors.recorder import PROCESS_FILE, RECORDS_FILE, Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-
 from tracekit.store.merge import _phases_and_cycles, _read_records, read_stream
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tracekit.collectors.manifest import REDACTED, collect, filtered_env, package_info
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pytest
-from tracekit.collectors.recorder import RAW_COLUMNS, raw_schema
 
+from tracekit.collectors.recorder import RAW_COLUMNS, raw_schema
 from tracekit.errors import InputError
 from tracekit.store.merge import merge
 from tracekit.store.reader import read_table
@@ -218,9 +218,8 @@ def test_merge_without_raw_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_counters_filed_under_the_rank_that_used_the_gpu(tmp_path: Path) -> None:
-    from tracekit.collectors.nvml import NvmlSampler
-
     from tests.unit.collectors.test_collectors_nvml import FakeNvml
+    from tracekit.collectors.nvml import NvmlSampler
 
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tracekit.collectors.multinode import create_part_dir, detect
 
+from tracekit.collectors.multinode import create_part_dir, detect
 from tracekit.errors import CollectorError
 
 SGLANG = ["python", "-m", "sglang.launch_server", "--nnodes", "2", "--node-rank", "1", "--tp", "16"]

@@ -6,7 +6,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from tracekit.collectors.nvml import COUNTERS_FILE, GPUS_FILE, NvmlSampler
-
 from tracekit.store.merge import read_stream
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tracekit.collectors import phasemap as pm
 
+from tracekit.collectors import phasemap as pm
 from tracekit.errors import CollectorError
 
 MAP = """

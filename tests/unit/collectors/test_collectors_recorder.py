@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import (
     RECORDS_FILE,
@@ -16,7 +17,6 @@ from tracekit.collectors.recorder import (
     decode,
 )
 from tracekit.collectors.wrappers import make_wrapper
-
 from tracekit.store.merge import read_stream
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import PROCESS_FILE, Recorder, RecorderConfig
 from tracekit.collectors.segments import RetentionPolicy, list_segments, segment_name
 from tracekit.collectors.wrappers import make_wrapper
-
 from tracekit.store.merge import read_stream
 
 

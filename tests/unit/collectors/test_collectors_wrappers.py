@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import WRAPPED_MARK, install, make_wrapper, uninstall

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
-from tracekit.collectors.recorder import raw_schema
 
 from tracekit.cli import cli
+from tracekit.collectors.recorder import raw_schema
 from tracekit.live.feed import LiveFeed
 from tracekit.live.model import Instance
 from tracekit.live.snapshot import TopState, quantile

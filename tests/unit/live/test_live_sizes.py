@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
+from tracekit.cli import cli
 from tracekit.collectors import phasemap
 from tracekit.collectors import runtime as rt
 from tracekit.collectors.launcher import LaunchOptions, build_env
-
-from tracekit.cli import cli
 from tracekit.errors import InputError
 from tracekit.live.sizes import parse_size
 

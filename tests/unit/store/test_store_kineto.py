@@ -57,7 +57,9 @@ def test_load_splits_metadata_from_events(tmp_path: Path, name: str) -> None:
 def test_base_time_ns_only_for_an_int64_epoch_time(
     tmp_path: Path, value: object, expected: int | None
 ) -> None:
-    doc = trace(EVENTS, base=None, extra={"baseTimeNanoseconds": value} if value is not None else {})
+    doc = trace(
+        EVENTS, base=None, extra={"baseTimeNanoseconds": value} if value is not None else {}
+    )
     assert base_time_ns(load(write(tmp_path / "t.json", doc))) == expected
 
 

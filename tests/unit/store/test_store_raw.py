@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tracekit.collectors.recorder import RAW_COLUMNS, raw_schema
 
+from tracekit.collectors.recorder import RAW_COLUMNS, raw_schema
 from tracekit.store.merge import read_stream
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC end-of-stream: continuation, length 0

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.segments import RetentionPolicy, list_segments
 from tracekit.collectors.wrappers import make_wrapper
-
 from tracekit.store.merge import merge
 from tracekit.store.reader import read_table
 

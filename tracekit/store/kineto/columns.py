@@ -41,7 +41,9 @@ class BatchStats:
 _MAX_US = 9.0e15  # |µs| beyond this overflows int64 nanoseconds
 
 
-def exact_ns(values: Sequence[Any] | np.ndarray, *, relative: bool) -> tuple[np.ndarray, np.ndarray]:
+def exact_ns(
+    values: Sequence[Any] | np.ndarray, *, relative: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond JSON numbers -> exact int64 ns. Returns (ns, valid mask).
 
     Kineto writes `ts`/`dur` with exactly three decimals, so the true value is k/1000 µs for an
@@ -172,7 +174,6 @@ def _dict_array_py(values: Sequence[Any]) -> pa.DictionaryArray:
     dictionary = pa.array([k if type(k) is str else str(k) for k in uniq], type=pa.string())
     indices = pa.array(idx, mask=idx < 0) if (idx < 0).any() else pa.array(idx)
     return pa.DictionaryArray.from_arrays(indices, dictionary)
-
 
 
 def start_times(

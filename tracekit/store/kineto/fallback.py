@@ -247,7 +247,6 @@ def _gather(events: list[Any], start: int, end: int) -> _Fields:
     return fields
 
 
-
 def _convert(
     f: _Fields, *, offset: int, relative: bool, graph_corrs: set[int], stats: BatchStats
 ) -> pa.Table:
@@ -353,4 +352,3 @@ def _arg_lists(args: list[Any]) -> dict[str, list[Any]]:
         "pg_name": [a.pg_name for a in args],
         "bytes": [a.bytes for a in args],
     }
-

@@ -157,7 +157,6 @@ def load(path: Path) -> RawTrace:
     return split_trace(path, data, gz_warning)
 
 
-
 def meta_value(trace: RawTrace, key: str) -> Any:
     """Decode one top-level value (None when absent or undecodable)."""
     raw = trace.meta.get(key)
