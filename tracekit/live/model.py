@@ -71,6 +71,11 @@ class _ProcState:
     closed_cycle: int = -1  # cycle targets: highest raw cycle whose cycle record was read
     window_ns: int | None = None  # the first cycle record's start (breakdown's window start)
     last_end: int = 0
+    # top-level rows of the first cycle read before its cycle record (a timer flush in the
+    # middle of cycle 0): their overhead counts from the window start, known with that record
+    deferred: list[tuple[_ThreadState, dict[str, Any], str, int, list[tuple[int, int]]]] = field(
+        default_factory=list
+    )
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,14 @@ class LiveModel:
                 and proc.site(int(r["code"]))[0] == "cycle"
             ]
             st.window_ns = min(starts) if starts else None
+            if st.window_ns is not None and st.deferred:
+                for d_ts, d_row, d_phase, d_cyc, d_subs in st.deferred:
+                    if d_ts.cursor is None:
+                        d_ts.cursor = st.window_ns
+                    inst = self._instance(d_ts, d_row, rank, d_phase, d_cyc, d_subs)
+                    if inst is not None:
+                        instances.append(inst)
+                st.deferred.clear()
         for r in rows:
             code = r.get("code")
             if code is None or r.get("start_ns") is None or r.get("end_ns") is None:
@@ -156,9 +169,12 @@ class LiveModel:
                 if st.last_cycle >= 0:
                     cycles.extend(self._starts_with_cycle(st, rank, st.last_cycle))
                 st.last_cycle = cyc
+            if ts.cursor is None and cyc >= 0 and st.window_ns is None and rule.starts_with is None:
+                st.deferred.append((ts, r, phase or "?", cyc, self._take_subs(ts, r)))
+                continue  # its cycle record (the window start) comes in a later batch
             if ts.cursor is None and cyc >= 0 and st.window_ns is not None:
                 ts.cursor = st.window_ns  # idle from the cycle's start: the first phase's overhead
-            inst = self._instance(ts, r, rank, phase or "?", cyc)
+            inst = self._instance(ts, r, rank, phase or "?", cyc, self._take_subs(ts, r))
             if inst is not None:
                 instances.append(inst)
         return instances, cycles
@@ -178,13 +194,24 @@ class LiveModel:
         return out
 
     @staticmethod
+    def _take_subs(ts: _ThreadState, r: dict[str, Any]) -> list[tuple[int, int]]:
+        """The allreduce sub-phases inside top-level row `r`; earlier ones are done with."""
+        cpu0, cpu1 = int(r["start_ns"]), int(r["end_ns"])
+        subs = [(a, b) for a, b in ts.subs if a >= cpu0 and b <= cpu1]
+        ts.subs.clear()
+        return subs
+
+    @staticmethod
     def _instance(
-        ts: _ThreadState, r: dict[str, Any], rank: int, phase: str, cyc: int
+        ts: _ThreadState,
+        r: dict[str, Any],
+        rank: int,
+        phase: str,
+        cyc: int,
+        subs: list[tuple[int, int]],
     ) -> Instance | None:
         s, e = _span(r)
         cpu0, cpu1 = int(r["start_ns"]), int(r["end_ns"])
-        subs = [(a, b) for a, b in ts.subs if a >= cpu0 and b <= cpu1]
-        ts.subs.clear()  # sub-phases of earlier phases (or none) are done with
         if cyc < 0:
             return None  # outside any cycle: its time is idle, overhead of the next phase
         cursor = ts.cursor

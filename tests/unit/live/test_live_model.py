@@ -83,6 +83,24 @@ def test_instances_follow_the_light_mode_definition(tmp_path: Path) -> None:
     assert [(c.rank, c.cycle, c.accept_len) for c in polled.cycles] == [(0, 0, 3.0)]
 
 
+def test_first_cycle_flushed_before_its_cycle_record(tmp_path: Path) -> None:
+    # GIVEN the timer flush cut cycle 0 after its draft (started 300 ns after the cycle's
+    # start): the first batch holds the draft, the second the rest and the cycle record
+    rows = _cycle_rows(0, 0, 0)
+    rows[0] = _row(0, 0, 0, 1300, 1900, 1)
+    _write_raw(tmp_path / "raw", 12, 0, [rows[:1], rows[1:]])
+    # WHEN
+    polled = LiveFeed(tmp_path / "raw").poll()
+    # THEN the draft's overhead counts from the cycle's start (1000), as the breakdown's does:
+    # 300 idle, forward 600
+    assert [
+        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
+    ] == [
+        ("draft", 900, 600, 0, 300),
+        ("verify", 2000, 1300, 500, 200),
+    ]
+
+
 def test_tail_reads_only_complete_batches_as_they_are_appended(tmp_path: Path) -> None:
     # GIVEN: a stream written in pieces, the second batch cut in the middle
     d = tmp_path / "pid-5"
