@@ -242,3 +242,23 @@ def test_an_int_beyond_int64_in_a_string_arg_is_kept_as_text(tmp_path: Path) -> 
     assert result.events == 1
     assert events["collective"].to_list() == [str(2**63)]
     assert str(2**63) in events["args"][0]
+
+
+def test_invalid_utf8_in_a_counters_args_gives_no_value(tmp_path: Path) -> None:
+    # found by atheris in CI: a counter ("C") event whose args hold invalid UTF-8 raised
+    # UnicodeDecodeError when the args text (copied from the file unchecked) was read back,
+    # and the events table was written with invalid UTF-8 in its string column
+    # GIVEN a trace with a good counter and one whose arg name has a 0x9b byte
+    path = tmp_path / "rank0.json"
+    path.write_bytes(
+        b'{"traceEvents": [{"ph": "C", "name": "mem", "pid": 1, "ts": 10, "args": {"bytes": 5}},'
+        b' {"ph": "C", "name": "mem", "pid": 1, "ts": 20, "args": {"\x9bytes": 7}}]}'
+    )
+    # WHEN it is ingested (an error here fails the test: reading it is the point)
+    result = ingest(path, tmp_path / "run", jobs=1)
+    # THEN both counters are written and the store reads back: the invalid byte became U+FFFD
+    # in the args text (a Parquet string column must be UTF-8), the value is kept
+    events = read_table(tmp_path / "run", "events").sort("start_ns")
+    assert result.events == 2
+    assert events["value"].to_list() == [5.0, 7.0]
+    assert "\ufffdytes" in events["args"][1]

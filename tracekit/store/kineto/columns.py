@@ -270,7 +270,11 @@ def assemble(c: Columns, *, graph_corrs: set[int], stats: BatchStats) -> pa.Tabl
     c_codes = [i for i, p in enumerate(ph_dict) if p == "C"]
     if c_codes:
         rows = np.flatnonzero(np.isin(ph_codes, c_codes) & c.has_args).tolist()
-        for i, text in zip(rows, c.args_all.take(rows).to_pylist()):
+        # as bytes: the args text is sliced from the file unchecked, and invalid UTF-8 in it
+        # is msgspec's to refuse (no value), not a UnicodeDecodeError (found by atheris)
+        raw = c.args_all.take(rows)
+        raw = raw.cast(pa.large_binary() if pa.types.is_large_string(raw.type) else pa.binary())
+        for i, text in zip(rows, raw.to_pylist()):
             values[i] = _counter_value(text)
     stats.events += n
     columns: dict[str, pa.Array] = {

@@ -285,8 +285,22 @@ def _convert(
         )
     else:
         args_all = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(text))
+    args_all = _valid_utf8(args_all)
     columns = Columns(ph, cat, name, start_ns, dur_ns, pid, tid, args, args_all, has_args)
     return assemble(columns, graph_corrs=graph_corrs, stats=stats)
+
+
+def _valid_utf8(args_all: pa.Array) -> pa.Array:
+    """The args text as written, unless it is not UTF-8 (a raw value is copied unchecked):
+    then each invalid byte becomes U+FFFD, so the Parquet string column stays readable."""
+    try:
+        args_all.validate(full=True)
+    except pa.ArrowInvalid:
+        raw = args_all.cast(
+            pa.large_binary() if pa.types.is_large_string(args_all.type) else pa.binary()
+        )
+        return pa.array([b.decode("utf-8", "replace") for b in raw.to_pylist()], type=args_all.type)
+    return args_all
 
 
 def _arg_array(values: list[Any], key: str, typed: bool) -> pa.Array:
