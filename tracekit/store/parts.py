@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,19 +93,24 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def _host_of(path: Path, run: dict[str, Any]) -> str:
-    if isinstance(run.get("host"), str):
-        return str(run["host"])
+def _manifest_entries(path: Path) -> Iterator[tuple[Any, Any, Any]]:
+    """(section, key, value) of every row of a part's `manifests` table, rank by rank."""
     for _rank, f in table_files(path, "manifests"):
         t = pq.read_table(f)
-        for s, k, v in zip(
+        yield from zip(
             t.column("section").to_pylist(),
             t.column("key").to_pylist(),
             t.column("value").to_pylist(),
             strict=True,
-        ):
-            if k == "host" and s in ("process", "distributed", "trace"):
-                return str(v)
+        )
+
+
+def _host_of(path: Path, run: dict[str, Any]) -> str:
+    if isinstance(run.get("host"), str):
+        return str(run["host"])
+    for s, k, v in _manifest_entries(path):
+        if k == "host" and s in ("process", "distributed", "trace"):
+            return str(v)
     return ""
 
 
@@ -171,16 +176,9 @@ def _check_ranks(parts: list[Part]) -> None:
 def _world_size(parts: list[Part]) -> int | None:
     sizes: list[int] = []
     for p in parts:
-        for _rank, f in table_files(p.path, "manifests"):
-            t = pq.read_table(f)
-            for s, k, v in zip(
-                t.column("section").to_pylist(),
-                t.column("key").to_pylist(),
-                t.column("value").to_pylist(),
-                strict=True,
-            ):
-                if s == "distributed" and k == "world_size" and str(v).isdecimal():
-                    sizes.append(int(v))
+        for s, k, v in _manifest_entries(p.path):
+            if s == "distributed" and k == "world_size" and str(v).isdecimal():
+                sizes.append(int(v))
     return max(sizes) if sizes else None
 
 
