@@ -12,6 +12,7 @@ installs it on Linux x86-64, CPython < 3.12).
 
 from __future__ import annotations
 
+import base64
 import gzip
 import importlib.util
 import json
@@ -219,8 +220,14 @@ def test_atheris_fuzz_of_the_reader_finds_no_crash(tmp_path: Path) -> None:
         timeout=ATHERIS_SECONDS + 120,
         check=False,
     )
-    # THEN it ran to its time limit with coverage feedback, and found no crash
-    tail = res.stderr[-3000:]
+    # THEN it ran to its time limit with coverage feedback, and found no crash. atheris prints
+    # the target's uncaught exception to stdout and libFuzzer its verdict to stderr; the crash
+    # input goes into the message (base64) so that a CI failure can be replayed here.
+    crashes = sorted(tmp_path.glob("crash-*"))
+    saved = "".join(
+        f"\n{c.name} (base64): {base64.b64encode(c.read_bytes()[:4000]).decode()}" for c in crashes
+    )
+    tail = f"{res.stdout[-4000:]}\n{res.stderr[-2000:]}{saved}"
     assert res.returncode == 0, tail
     assert not list(tmp_path.glob("crash-*")), tail
     done = [ln for ln in res.stderr.splitlines() if ln.startswith("Done ")]
