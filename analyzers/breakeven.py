@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracekit.analyzers.breakdown import analyze
+from tracekit.analyzers.model import analyze
 from tracekit.analyzers.steady import CycleChoice, decide
 from tracekit.analyzers.summary import cycle_totals
 from tracekit.errors import InputError

@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyzers.breakdown import analyze
+from tracekit.analyzers.model import analyze
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.analyzers.steady import CycleChoice, decide
 from tracekit.errors import InputError

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from tracekit.analyzers.breakdown import analyze
+from tracekit.analyzers.model import analyze
 
 SKEW_COLUMNS = [
     "cycle",
