@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from tests.outputs_synth import make_run
 from tracekit.cli import cli
 from tracekit.errors import InputError, StoreError
-from tracekit.report.html import build, json_for_script, render, write_report
+from tracekit.report.build import build_model as build
+from tracekit.report.html import write_report
+from tracekit.report.render import json_for_script, render
 
 FIXED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
