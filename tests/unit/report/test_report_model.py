@@ -15,7 +15,7 @@ import pytest
 from tests.outputs_synth import make_run
 from tests.unit.analyzers import scenarios
 from tracekit.report import build_run, build_store
-from tracekit.report.build import Run, build_model, breakeven_numbers, comparison
+from tracekit.report.build import Run, breakeven_numbers, build_model, comparison
 from tracekit.report.model import (
     Breakeven,
     BreakevenCurve,
@@ -121,7 +121,11 @@ def test_kernels_sum_each_name_over_ranks(gpu: Run) -> None:
         ("ncclDevK", 2, pytest.approx(800 * MS), pytest.approx(0.4)),
         ("void cro", 2, pytest.approx(800 * MS), pytest.approx(0.4)),
     ]
-    assert [k.allreduce_impl for k in data.phases["verify"]] == [None, "nccl:RING/LL/bf16", "custom_ar"]
+    assert [k.allreduce_impl for k in data.phases["verify"]] == [
+        None,
+        "nccl:RING/LL/bf16",
+        "custom_ar",
+    ]
     assert [(k.name[:6], k.count) for k in data.phases["draft"]] == [
         ("k3", 2),
         ("k1", 2),
@@ -154,11 +158,19 @@ def test_headline_and_breakeven_known_answers(synth: tuple[Run, Run]) -> None:
     # verify 700: three 100 µs GEMMs, one 100 µs NCCL, 300 idle. Forward 6 x (220 + 300) =
     # 3,120, allreduce 600, overhead 80 + 5 x 1,080 + 6 x 300 = 7,280 of 11,000.
     assert h.device_pct == pytest.approx(
-        {"forward": 100 * 3120 / 11000, "allreduce": 100 * 600 / 11000, "overhead": 100 * 7280 / 11000}
+        {
+            "forward": 100 * 3120 / 11000,
+            "allreduce": 100 * 600 / 11000,
+            "overhead": 100 * 7280 / 11000,
+        }
     )
     draft, verify = h.phases
     assert (draft.phase, draft.count, draft.wall_ms_p50) == ("draft", 12, pytest.approx(1.3))
-    assert (verify.count, verify.wall_ms_p50, verify.graph_replayed_frac) == (12, pytest.approx(0.7), 1.0)
+    assert (verify.count, verify.wall_ms_p50, verify.graph_replayed_frac) == (
+        12,
+        pytest.approx(0.7),
+        1.0,
+    )
     assert verify.allreduce_pct == pytest.approx(100 * 100 / 700)
 
 
@@ -229,7 +241,8 @@ def test_diff_of_two_runs_known_answer(tmp_path: Path) -> None:
     assert draft.significant
     assert draft.ci95_ms == pytest.approx((0.5, 0.5))  # every instance moved by exactly 0.5
     assert (draft.forward_delta_ms, draft.overhead_delta_ms) == pytest.approx((0.0, 0.5))
-    assert (verify.delta_ms, verify.significant) == (pytest.approx(0.0), False)
+    assert verify.delta_ms == pytest.approx(0.0)
+    assert not verify.significant
     assert d.headline[0].startswith("draft is 0.50 ms slower in B (1.30 ms -> 1.80 ms median")
     assert d.manifest == []
 
@@ -244,7 +257,7 @@ def test_the_model_of_a_comparison_and_each_run_analysed_once(
 
     def counted(*args: object, **kw: object) -> object:
         calls.append(1)
-        return real(*args, **kw)  # type: ignore[arg-type]
+        return real(*args, **kw)
 
     monkeypatch.setattr(model, "analyze_rank", counted)
     run, base = synth
