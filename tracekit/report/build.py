@@ -100,6 +100,7 @@ def build_model(
     """The report of `run_dir` (compared with `baseline` when given) over the steady-state
     cycles (or `choice`), with the acceptance sweep of `tracekit sweep` when `sweep` names its
     directory or sweep.json."""
+    swept = build_store.sweep(sweep) if sweep is not None else None  # a bad file fails first
     run = Run.load(run_dir, choice)
     base = Run.load(baseline, choice) if baseline is not None else None
     sections: list[Section] = []
@@ -109,8 +110,8 @@ def build_model(
     sections += build_run.sections(run, be)
     sections.append(build_store.nvml(run.run_dir))
     sections.append(build_store.breakeven_curve(be))
-    if sweep is not None:
-        sections.append(build_store.sweep(sweep))
+    if swept is not None:
+        sections.append(swept)
     sections.append(build_store.manifest(run.run_dir))
     title = f"tracekit report: {run_dir.resolve().name}"
     if base is not None:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tests.outputs_synth import make_run
 from tracekit.cli import cli
 from tracekit.errors import InputError, StoreError
-from tracekit.report.build import build_model as build
+from tracekit.report.build import build_model
 from tracekit.report.html import write_report
 from tracekit.report.render import json_for_script, render
 
@@ -33,7 +33,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def page(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("out") / "r.html"
-    render(build(runs[0], baseline=runs[1]), out, generated=FIXED)
+    render(build_model(runs[0], baseline=runs[1]), out, generated=FIXED)
     return out.read_text(encoding="utf-8")
 
 
@@ -66,7 +66,7 @@ def test_same_input_same_bytes_apart_from_the_timestamp(
 ) -> None:
     a, b = tmp_path / "a.html", tmp_path / "b.html"
     write_report(runs[0], a, baseline=runs[1])
-    render(build(runs[0], baseline=runs[1]), b, generated=FIXED)
+    render(build_model(runs[0], baseline=runs[1]), b, generated=FIXED)
     la, lb = a.read_text().splitlines(), b.read_text().splitlines()
     diff = [(x, y) for x, y in zip(la, lb) if x != y]
     assert len(la) == len(lb)
@@ -110,7 +110,7 @@ def test_headline_numbers_known_answers(runs: tuple[Path, Path], tmp_path: Path)
     base = tmp_path / "base16"
     make_run(base, ranks=2, cycles=6, baseline=True, cycle_ns=1_600_000)
     out = tmp_path / "r.html"
-    render(build(runs[0], baseline=base), out, generated=FIXED)
+    render(build_model(runs[0], baseline=base), out, generated=FIXED)
     cards = {
         label: value
         for value, label in re.findall(
@@ -191,10 +191,10 @@ def test_missing_parts_are_said_not_faked(tmp_path: Path) -> None:
 
 def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such run directory"):
-        build(tmp_path / "nope")
+        build_model(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(StoreError, match="tracekit ingest"):
-        build(tmp_path / "empty")
+        build_model(tmp_path / "empty")
 
 
 def test_cli_default_path_and_refusals(runs: tuple[Path, Path], tmp_path: Path) -> None:
