@@ -9,6 +9,7 @@ A section whose input is missing or whose analyzer fails says so instead of hold
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ class Run:
             run.error, run.exc = unavailable(exc, "the phase breakdown"), exc
         return run
 
-    @property
+    @cached_property
     def bd(self) -> pl.DataFrame | None:
         """The breakdown of the steady-state cycles (all of them when those are outside the
         profiled window of a full-mode run)."""
