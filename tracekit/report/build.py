@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit.errors import InputError, NoCyclesError, StoreError, TracekitError
 from tracekit.report import build_run, build_store
+from tracekit.report.build_run import unavailable
 from tracekit.report.model import Breakeven, Diff, DiffPhase, ManifestChange, ReportModel, Section
 from tracekit.store import reader
 
@@ -23,12 +24,6 @@ if TYPE_CHECKING:
 
     from tracekit.analyzers.model import RunAnalysis
     from tracekit.analyzers.steady import CycleChoice, Steady
-
-
-def unavailable(exc: BaseException, what: str) -> str:
-    if isinstance(exc, ImportError):
-        return f"{what} is not available in this tracekit (`{exc.name or exc}` is not installed)"
-    return f"{what} failed: {exc}"
 
 
 @dataclass

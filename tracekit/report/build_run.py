@@ -51,9 +51,15 @@ def sections(run: Run, be: Breakeven | str) -> list[Section]:
     ]
 
 
-def _missing(run: Run, what: str) -> str | None:
-    from tracekit.report.build import unavailable
+def unavailable(exc: BaseException, what: str) -> str:
+    """Why a section is missing: its analyzer is not installed, or it raised `exc`."""
+    if isinstance(exc, ImportError):
+        return f"{what} is not available in this tracekit (`{exc.name or exc}` is not installed)"
+    return f"{what} failed: {exc}"
 
+
+def _missing(run: Run, what: str) -> str | None:
+    """Why a section of a run whose analysis failed is missing."""
     return run.error if run.exc is None else unavailable(run.exc, what)
 
 
@@ -230,8 +236,6 @@ def skew(run: Run) -> Section:
         sk = skew_of(an)
         lag = rank_lag(an.breakdown, rank_waits(an.breakdown, an.collectives))
     except (ImportError, TracekitError) as exc:
-        from tracekit.report.build import unavailable
-
         return Section("skew", title, unavailable=unavailable(exc, what))
     ranks = sorted(lag["rank"].unique().to_list())
     cycles = sorted(lag["cycle"].unique().to_list())
@@ -282,8 +286,6 @@ def kernels(run: Run) -> Section:
 
         tk = kernels_of(run.analysis, TOP_KERNELS)
     except (ImportError, TracekitError) as exc:
-        from tracekit.report.build import unavailable
-
         return Section("kernels", title, unavailable=unavailable(exc, what))
     if tk.height == 0:
         return Section(
