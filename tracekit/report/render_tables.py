@@ -49,7 +49,7 @@ def diff(d: Diff) -> Rendered:
             fmt(p.a_ms_p50, 3),
             fmt(p.b_ms_p50, 3),
             fmt(p.delta_ms, 3),
-            fmt(None if p.ci95_ms is None else list(p.ci95_ms), 3),
+            "n/a" if p.ci95_ms is None else f"{fmt(p.ci95_ms[0], 3)} to {fmt(p.ci95_ms[1], 3)}",
             fmt(p.significant),
             fmt(p.forward_delta_ms, 3),
             fmt(p.allreduce_delta_ms, 3),

@@ -223,3 +223,18 @@ def test_lead_sentence_splits_the_device_time(page: str) -> None:
         "Cycle p50 2.0 ms; phase p50s: draft 1.3 ms, verify 0.7 ms. Of the device time, 28 % is "
         "forward compute, 5 % allreduce and 66 % overhead (idle)."
     )
+
+
+def test_diff_table_renders_the_models_numbers() -> None:
+    from tracekit.report.model import Diff, DiffPhase, ManifestChange
+    from tracekit.report.render_tables import diff
+
+    phase = DiffPhase("draft", 1.3, 1.8, 0.5, (0.4996, 0.5004), True, 0.0, None, 0.5)
+    body = diff(Diff(["draft is slower"], [phase], [ManifestChange("env", "X", "1", None)])).body
+    assert "<ul class=headline><li>draft is slower</li></ul>" in body
+    assert (
+        '<tr class="differs"><td>draft</td><td class=num>1.300</td><td class=num>1.800</td>'
+        "<td class=num>0.500</td><td class=num>0.500 to 0.500</td><td>yes</td>"
+        "<td class=num>0.000</td><td class=num>n/a</td><td class=num>0.500</td></tr>"
+    ) in body
+    assert "<tr><td>env</td><td>X</td><td>1</td><td></td></tr>" in body
