@@ -65,7 +65,8 @@ def command(
         tracekit report runs/spec --baseline runs/plain -o spec-vs-plain.html
         tracekit report runs/sweep-1/accept-2.5 --sweep runs/sweep-1
     """
-    from tracekit.report.html import write_report
+    from tracekit.report.build import build_model
+    from tracekit.report.render import render
     from tracekit.store.layout import RunLayout
 
     if not run_dir.is_dir():
@@ -78,10 +79,8 @@ def command(
     if output is not None and out.exists() and not force:
         msg = f"file already exists, will not overwrite without --force: {out}"
         raise InputError(msg)
-    if sweep is not None:
-        from tracekit.analyzers.sweep import load_sweep
-
-        load_sweep(sweep)  # a bad --sweep fails before anything is written
-    write_report(run_dir, out, baseline=baseline, cdn=cdn, sweep=sweep, choice=choice)
+    # the model first (a bad --sweep or run fails before anything is written), then the page
+    model = build_model(run_dir, baseline=baseline, choice=choice, sweep=sweep)
+    render(model, out, cdn=cdn)
     click.echo(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", err=True)
     click.echo(f"Open it in a browser: file://{out.resolve()}", err=True)
