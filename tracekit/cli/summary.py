@@ -7,17 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import (
+from tracekit.cli._analysis import echo_json, echo_note, fmt
+from tracekit.cli._console import make_console, new_table, print_table
+from tracekit.cli._options import (
     cycles_option,
-    echo_json,
-    echo_note,
-    fmt,
+    engine_options,
     json_option,
     rules_option,
     run_dir_argument,
 )
-from tracekit.cli._console import make_console, new_table, print_table
-from tracekit.cli._engine import engine_options
 
 if TYPE_CHECKING:
     from tracekit.analyzers.steady import CycleChoice
@@ -118,7 +116,7 @@ def render(summary: dict[str, Any]) -> None:
 
 
 @click.command(name="summary")
-@run_dir_argument
+@run_dir_argument()
 @json_option
 @rules_option
 @cycles_option
