@@ -17,11 +17,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 
+from tracekit.demo.config import Device, ModelSize, VerifyMode
 from tracekit.errors import CommandError, InputError, MissingDependencyError, TracekitError
+from tracekit.store.layout import Mode
 
 # Full mode profiles a few cycles with torch.profiler, so the breakdown is measured on the
 # device timeline (aten ops and gloo collectives on CPU); the other cycles are timed by the
@@ -41,7 +43,7 @@ NOISE_PREFIXES = ("USDT:",)
     default=None,
     help="Tensor-parallel ranks [default: 8 on CPU, one a GPU on CUDA].",
 )
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--device", type=click.Choice(get_args(Device)), default="cpu", show_default=True)
 @click.option(
     "--cycles", type=int, default=DEFAULT_CYCLES, show_default=True, help="Decode cycles to run."
 )
@@ -50,7 +52,7 @@ NOISE_PREFIXES = ("USDT:",)
 )
 @click.option(
     "--verify-mode",
-    type=click.Choice(["extend", "graph"]),
+    type=click.Choice(get_args(VerifyMode)),
     default="extend",
     show_default=True,
     help="Verify eagerly, or replay a captured CUDA graph (CUDA only).",
@@ -65,7 +67,7 @@ NOISE_PREFIXES = ("USDT:",)
 )
 @click.option(
     "--mode",
-    type=click.Choice(["light", "full"]),
+    type=click.Choice(get_args(Mode)),
     default="full",
     show_default=True,
     help="light: phase timers only. full: also a torch.profiler window over a few cycles.",
@@ -79,7 +81,7 @@ NOISE_PREFIXES = ("USDT:",)
 )
 @click.option(
     "--model-size",
-    type=click.Choice(["tiny", "small", "medium", "large"]),
+    type=click.Choice(get_args(ModelSize)),
     default=None,
     help="Model preset [default: tiny on CPU, large on CUDA].",
 )
@@ -93,15 +95,15 @@ NOISE_PREFIXES = ("USDT:",)
 @click.option("--name", default=None, help="Run directory name [default: demo-<time>].")
 def command(
     ranks: int | None,
-    device: str,
+    device: Device,
     cycles: int,
     draft_tokens: int,
-    verify_mode: str,
+    verify_mode: VerifyMode,
     baseline: bool,
     simulate_accept_len: float | None,
-    mode: str,
+    mode: Mode,
     profile_cycles: str,
-    model_size: str | None,
+    model_size: ModelSize | None,
     out: Path,
     name: str | None,
 ) -> None:
@@ -176,10 +178,10 @@ def _check_options(
     ranks: int | None,
     cycles: int,
     draft_tokens: int,
-    verify_mode: str,
-    device: str,
+    verify_mode: VerifyMode,
+    device: Device,
     baseline: bool,
-    mode: str,
+    mode: Mode,
     profile_cycles: str,
 ) -> None:
     # What can be checked without starting torch; the server checks the rest the same way.

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import click
+
+from tracekit.store.layout import Mode
 
 
 @click.command(
@@ -25,7 +28,7 @@ import click
 )
 @click.option(
     "--mode",
-    type=click.Choice(["light", "full"]),
+    type=click.Choice(get_args(Mode)),
     default="light",
     show_default=True,
     help="light: NVTX ranges, CPU times, CUDA events. full: also a torch.profiler window.",
@@ -121,7 +124,7 @@ import click
 def command(
     adapter: str | None,
     phases_file: Path | None,
-    mode: str,
+    mode: Mode,
     profile_cycles: str | None,
     out: Path,
     name: str | None,

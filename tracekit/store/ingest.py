@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from tracekit.errors import IngestError, InputError, RankError, TracekitError
 from tracekit.store.layout import RunLayout
+from tracekit.store.ranks import RankSource
 from tracekit.store.schema import TABLES
 from tracekit.store.writer import conform, with_metadata
 
@@ -39,7 +40,7 @@ class IngestedFile:
 
     path: Path
     rank: int
-    rank_source: str  # "override", "distributedInfo", "file name"
+    rank_source: RankSource
     events: int
     salvaged: bool
 
@@ -73,7 +74,7 @@ class _Outcome:
     index: int
     path: Path
     rank: int | None = None
-    rank_source: str = ""
+    rank_source: RankSource | None = None
     events: int = 0
     salvaged: bool = False
     warnings: list[str] = field(default_factory=list)
@@ -216,7 +217,9 @@ def _commit(
             )
             continue
         o = group[0]
-        if o.events_file is None or o.manifests_file is None:  # pragma: no cover - worker bug
+        if (
+            o.events_file is None or o.manifests_file is None or o.rank_source is None
+        ):  # pragma: no cover - worker bug
             continue
         _place(o.events_file, layout.partition_dir("events", rank) / EVENTS_PART)
         _place(o.manifests_file, layout.partition_dir("manifests", rank) / MANIFESTS_PART)

@@ -26,6 +26,8 @@ STORE_DIR = "store"
 REPORT_FILE = "tracekit-report.html"
 PERFETTO_FILE = "tracekit.pftrace"
 
+# run.json's `mode`: light (phase timers, CUDA events) or full (also a torch.profiler window).
+Mode = Literal["light", "full"]
 # What a caller needs of a run directory: only that it is one, or its collector output (`raw/`).
 Needs = Literal["dir", "raw"]
 RUN_DIR_HINT = "give the directory `tracekit demo`, `launch` or `ingest -o` wrote"

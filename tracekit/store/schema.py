@@ -130,3 +130,12 @@ TABLES: dict[str, pa.Schema] = {
     "cycles": CYCLES,
     "counters": COUNTERS,
 }
+
+
+def _time_columns(schema: pa.Schema) -> tuple[str, ...]:
+    """A table's absolute timestamps: its `*_ns` columns but durations (`dur_ns`)."""
+    return tuple(f.name for f in schema if f.name.endswith("_ns") and f.name != "dur_ns")
+
+
+# The time columns of each table (moved together when a part's clock is corrected).
+TIME_COLUMNS: dict[str, tuple[str, ...]] = {name: _time_columns(s) for name, s in TABLES.items()}
