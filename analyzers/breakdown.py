@@ -10,7 +10,6 @@ there is no GPU), allreduce sub-phases being the allreduce part; rows marked `ap
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -18,13 +17,10 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyzers import _load
-from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
-from tracekit.analyzers.cyclerule import no_cycle_message
+from tracekit.analyzers.allreduce import ImplTable
 from tracekit.analyzers.graphs import GRAPH_LAUNCH
-from tracekit.analyzers.phases import RankPhases, _from_collector, iter_rank_phases
-from tracekit.analyzers.rules import RuleTable, load_rules
+from tracekit.analyzers.phases import RankPhases, _from_collector
 from tracekit.analyzers.timeline import split
-from tracekit.errors import NoCyclesError
 
 BREAKDOWN_COLUMNS = [
     "rank",
@@ -47,6 +43,7 @@ BREAKDOWN_COLUMNS = [
     "graph_launches",
     "device_end_ns",
     "gpu_timed",
+    "inst",  # the instance id (analyzers/model.py); not among the CLI's fields
 ]
 
 
@@ -384,73 +381,6 @@ def _empty_breakdown() -> pl.DataFrame:
 RECORDED_COLUMNS = ["rank", "cycle", "time_ns", "wall_ns", "accept_len", "profiled"]
 
 
-@dataclass(frozen=True)
-class Analysis:
-    """The breakdown of a run and its cycles (see `cycle_frame`).
-
-    `cycles` are the cycles the breakdown covers (in full mode: the profiled window);
-    `recorded` is every cycle the run recorded (RECORDED_COLUMNS; in full mode from the
-    collector's own records, `profiled` marking the window), which cycle counts, times,
-    acceptance and the steady state come from. `instances` counts phase instances per name
-    (sub-phases included) and `cycle_rule` says how cycles were found, for runs without any.
-    """
-
-    breakdown: pl.DataFrame
-    cycles: pl.DataFrame
-    unknown_comm: list[str]  # communication-looking names no implementation entry matched
-    collectives: pl.DataFrame  # rank, cycle, phase, k (order in the instance), dur_ns
-    recorded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame())
-    instances: dict[str, int] = field(default_factory=dict)
-
-
-def analyze(
-    run_dir: Path,
-    *,
-    rules: Path | RuleTable | None = None,
-    impl_table: Path | ImplTable | None = None,
-) -> Analysis:
-    run_dir = Path(run_dir)
-    rule_table = rules if isinstance(rules, RuleTable) else load_rules(rules)
-    table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
-    from tracekit.distributed import current_engine
-
-    if (
-        engine := current_engine()
-    ) is not None:  # one task a rank on Dask (analyzers/distributed.py)
-        from tracekit.analyzers.distributed import analyze_on
-
-        on_engine: Analysis = analyze_on(engine, run_dir, rule_table, table)
-        return on_engine
-    bds, cycs, comms, recs = [], [], [], []
-    unknown: set[str] = set()
-    counts: dict[str, int] = {}
-    for rp in iter_rank_phases(run_dir, rule_table):
-        for name, n in rp.instances.group_by("phase").len().iter_rows():
-            counts[name] = counts.get(name, 0) + int(n)
-        if _top(rp).height == 0:  # phases but no cycle on this rank
-            continue
-        ivals = rank_intervals(run_dir, rp, table)
-        unknown.update(
-            ivals[0].filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String).to_list()
-        )
-        comms.append(collective_rows(rp, ivals[0]))
-        bd = rank_breakdown(run_dir, rp, table, ivals)
-        bds.append(bd)
-        cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
-        cycs.append(cyc)
-        recs.append(recorded_cycles(run_dir, rp, table, cyc))
-    if not bds:
-        raise NoCyclesError(no_cycle_message(run_dir, counts), instances=counts)
-    return Analysis(
-        breakdown=pl.concat(bds, how="vertical_relaxed").sort("rank", "cycle", "start_ns"),
-        cycles=pl.concat(cycs, how="vertical_relaxed").sort("rank", "cycle"),
-        unknown_comm=sorted(unknown),
-        collectives=pl.concat(comms, how="vertical_relaxed"),
-        recorded=pl.concat(recs, how="vertical_relaxed").sort("rank", "cycle"),
-        instances=dict(sorted(counts.items())),
-    )
-
-
 def recorded_cycles(
     run_dir: Path, rp: RankPhases, table: ImplTable, cycles: pl.DataFrame
 ) -> pl.DataFrame:
@@ -504,17 +434,6 @@ def collective_rows(rp: RankPhases, intervals: pl.DataFrame) -> pl.DataFrame:
         )
     )
     return rows
-
-
-def breakdown(
-    run_dir: Path,
-    *,
-    rules: Path | RuleTable | None = None,
-    impl_table: Path | ImplTable | None = None,
-) -> pl.DataFrame:
-    """Every top-level phase instance of every rank, with DESIGN's breakdown fields plus
-    `approximate`, `accept_len` and a few more (BREAKDOWN_COLUMNS)."""
-    return analyze(run_dir, rules=rules, impl_table=impl_table).breakdown
 
 
 def outside_cycles(rp: RankPhases) -> pl.DataFrame:

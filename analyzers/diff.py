@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyzers.breakdown import analyze
+from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.analyzers.steady import CycleChoice, decide
 from tracekit.errors import InputError
@@ -348,11 +348,24 @@ def diff_runs(
     seed: int = SEED,
     choice: CycleChoice | None = None,
 ) -> dict[str, Any]:
-    """DESIGN's diff fields (`phases`, `manifest`) plus `headline` (list of sentences) and
-    `steady` (each run's steady state): the phases compare each run's steady-state cycles."""
+    """`diff_of` the runs in two run directories, analysed with the same rules."""
     table = rules if isinstance(rules, RuleTable) else load_rules(rules)
     an_a = analyze(run_a, rules=table, impl_table=impl_table)
     an_b = analyze(run_b, rules=table, impl_table=impl_table)
+    return diff_of(an_a, an_b, resamples=resamples, seed=seed, choice=choice)
+
+
+def diff_of(
+    an_a: RunAnalysis,
+    an_b: RunAnalysis,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    choice: CycleChoice | None = None,
+) -> dict[str, Any]:
+    """DESIGN's diff fields (`phases`, `manifest`) plus `headline` (list of sentences) and
+    `steady` (each run's steady state): the phases compare each run's steady-state cycles."""
+    run_a, run_b = an_a.run_dir, an_b.run_dir
     st_a, st_b = decide(an_a.recorded, choice), decide(an_b.recorded, choice)
     a, b = st_a.keep(an_a.breakdown), st_b.keep(an_b.breakdown)
     if a.height == 0:  # full mode: the profiled window lies outside the steady state

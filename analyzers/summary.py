@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyzers.breakdown import Analysis, analyze
+from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.rules import RuleTable
 from tracekit.analyzers.skew import phase_skew, skew_from
 from tracekit.analyzers.steady import CycleChoice, decide
@@ -129,7 +129,7 @@ def _timed_cycles(cycles: pl.DataFrame) -> int:
     return int(cycles["gpu_timed"].fill_null(False).sum())
 
 
-def _profiled(analysis: Analysis) -> list[int] | None:
+def _profiled(analysis: RunAnalysis) -> list[int] | None:
     rec = analysis.recorded
     if rec.height == 0 or bool(rec["profiled"].all()) or not bool(rec["profiled"].any()):
         return None
@@ -137,7 +137,7 @@ def _profiled(analysis: Analysis) -> list[int] | None:
     return [cycles[0], cycles[-1]]
 
 
-def summary_from(analysis: Analysis, choice: CycleChoice | None = None) -> dict[str, Any]:
+def summary_from(analysis: RunAnalysis, choice: CycleChoice | None = None) -> dict[str, Any]:
     """DESIGN's summary of an analysis, over the steady-state cycles (or `choice`)."""
     steady = decide(analysis.recorded, choice)
     totals = cycle_totals(steady.keep(analysis.recorded))

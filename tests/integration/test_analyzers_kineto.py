@@ -17,8 +17,8 @@ import pytest
 from tests.integration import incident
 from tests.unit.analyzers import scenarios
 from tests.unit.analyzers.builders import RankTrace, write_events, write_kineto
-from tracekit.analyzers.breakdown import analyze, breakdown
 from tracekit.analyzers.diff import diff_runs
+from tracekit.analyzers.model import analyze, breakdown
 from tracekit.analyzers.skew import skew
 from tracekit.store.ingest import ingest
 

@@ -71,7 +71,7 @@ def _demo(run: Path) -> dict[str, Any]:
 
 
 def _breakdown(run: Path) -> Any:
-    from tracekit.analyzers.breakdown import breakdown
+    from tracekit.analyzers.model import breakdown
 
     return breakdown(run)
 
@@ -184,7 +184,7 @@ def test_breakeven_full_mode_matches_measured_tokens_per_s_13(
     out = json.loads(
         _tk("breakeven", "--baseline", str(base), "--spec", str(spec), "--cycles", "13:", "--json")
     )
-    from tracekit.analyzers.breakdown import analyze
+    from tracekit.analyzers.model import analyze
 
     rec = analyze(spec).recorded
     assert float(rec["accept_len"].sum()) == _demo(spec)["tokens"]  # the server's own count

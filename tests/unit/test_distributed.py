@@ -12,7 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tests.outputs_synth import make_run
-from tracekit.analyzers.breakdown import Analysis, analyze
+from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.summary import summary_from
 from tracekit.store.reader import scan_table
 
@@ -32,7 +32,7 @@ def engine() -> Iterator[DaskEngine]:
         eng.close()
 
 
-def _same(a: Analysis, b: Analysis) -> None:
+def _same(a: RunAnalysis, b: RunAnalysis) -> None:
     assert_frame_equal(a.breakdown, b.breakdown)
     assert_frame_equal(a.cycles, b.cycles)
     assert_frame_equal(a.collectives, b.collectives)

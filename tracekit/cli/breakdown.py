@@ -20,7 +20,7 @@ from tracekit.cli._options import (
 if TYPE_CHECKING:
     import polars as pl
 
-    from tracekit.analyzers.breakdown import Analysis
+    from tracekit.analyzers.model import RunAnalysis
     from tracekit.analyzers.steady import CycleChoice, Steady
 
 # The DESIGN fields first, then tracekit's extras.
@@ -55,7 +55,7 @@ _LABELS = {
 }
 
 
-def grouped(analysis: Analysis, by: str | None, steady: Steady | None = None) -> pl.DataFrame:
+def grouped(analysis: RunAnalysis, by: str | None, steady: Steady | None = None) -> pl.DataFrame:
     """The rows `tracekit breakdown` prints: instances, or sums per cycle, phase or rank, over
     the cycles `steady` keeps (all when None)."""
     import polars as pl
@@ -158,7 +158,7 @@ def command(
         tracekit breakdown runs/demo --by phase --json
         tracekit breakdown runs/demo --by phase --all-cycles
     """
-    from tracekit.analyzers.breakdown import analyze
+    from tracekit.analyzers.model import analyze
     from tracekit.analyzers.steady import decide
 
     analysis = analyze(run_dir, rules=rules, impl_table=impl_table)

@@ -168,7 +168,7 @@ def _unavailable(exc: BaseException, what: str) -> str:
 @dataclass
 class _Run:
     run_dir: Path
-    analysis: Any = None  # tracekit.analyzers.breakdown.Analysis
+    analysis: Any = None  # tracekit.analyzers.model.RunAnalysis
     summary: dict[str, Any] | None = None
     error: str | None = None
     steady: Any = None  # tracekit.analyzers.steady.Steady
@@ -187,7 +187,7 @@ class _Run:
             raise StoreError(msg)
         run = cls(run_dir)
         try:
-            from tracekit.analyzers.breakdown import analyze
+            from tracekit.analyzers.model import analyze
             from tracekit.analyzers.steady import decide
             from tracekit.analyzers.summary import summary_from
 

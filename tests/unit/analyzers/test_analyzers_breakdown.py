@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from tests.unit.analyzers import scenarios
-from tracekit.analyzers.breakdown import analyze, breakdown
+from tracekit.analyzers.model import analyze, breakdown
 from tracekit.analyzers.phases import phase_instances
 from tracekit.errors import StoreError
 

@@ -150,7 +150,7 @@ def test_comparison_leads_and_all_sections_present(page: str) -> None:
 def test_per_cycle_bars_match_the_breakdown(runs: tuple[Path, Path], page: str) -> None:
     import polars as pl
 
-    from tracekit.analyzers.breakdown import breakdown
+    from tracekit.analyzers.model import breakdown
 
     bd = breakdown(runs[0]).filter((pl.col("phase") == "verify") & (pl.col("cycle") >= 0))
     figs = [f for f in _payload(page)["figures"] if f["id"].startswith("fig-over-time")]
@@ -214,7 +214,7 @@ def test_lead_sentence_splits_the_device_time_like_the_breakdown(
 ) -> None:
     import polars as pl
 
-    from tracekit.analyzers.breakdown import breakdown
+    from tracekit.analyzers.model import breakdown
 
     bd = breakdown(runs[0]).filter(pl.col("cycle") >= 0)
     total = bd["wall_ns"].sum()

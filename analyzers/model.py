@@ -1,0 +1,182 @@
+"""The analysis of a run: built once per command by `analyze`, read by every figure and output.
+
+`analyze(run_dir)` goes rank by rank (one rank's events in memory at a time; on Dask one task a
+rank): phase instances and cycles (analyzers/phases.py), device intervals attributed to the
+instances (analyzers/breakdown.py), the breakdown rows, the cycle frame (cycle times), every
+recorded cycle and the collectives. `RunAnalysis` holds the results; summary, breakdown, skew,
+kernels, breakeven, diff, the report and the Perfetto export read them from it.
+
+Instance ids: `inst` numbers one rank's phase instances (sub-phases included) in the order
+analyzers/phases.py sorts them; (rank, inst) names one instance in every table here (the
+breakdown's rows, the device intervals, `RankPhases.instances`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from tracekit.analyzers import _load
+from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
+from tracekit.analyzers.breakdown import (
+    _top,
+    collective_rows,
+    cycle_frame,
+    outside_cycles,
+    rank_breakdown,
+    rank_intervals,
+    recorded_cycles,
+)
+from tracekit.analyzers.cyclerule import no_cycle_message
+from tracekit.analyzers.phases import RankPhases, _no_phases, rank_phases
+from tracekit.analyzers.rules import RuleTable, load_rules
+from tracekit.errors import NoCyclesError
+
+
+@dataclass(frozen=True)
+class RankAnalysis:
+    """One rank's share of a run's analysis.
+
+    `phases`: its phase instances (with `inst`) and cycles. `counts`: instances per phase name
+    (sub-phases included). The rest is None when the rank has phases but no cycle:
+    `intervals` its device intervals (start_ns, end_ns, inst, comm, graph, kernel, name, label;
+    `inst` null for work of no instance), `extras` per-instance graph launches and allreduce
+    implementation, `breakdown` its rows (BREAKDOWN_COLUMNS, `inst` among them), `cycles` its
+    cycle frame (`cycle_frame`), `recorded` every cycle it recorded (RECORDED_COLUMNS),
+    `collectives` its communication activities (`collective_rows`).
+    """
+
+    rank: int
+    phases: RankPhases
+    counts: dict[str, int]
+    intervals: pl.DataFrame | None = None
+    extras: pl.DataFrame | None = None
+    breakdown: pl.DataFrame | None = None
+    cycles: pl.DataFrame | None = None
+    recorded: pl.DataFrame | None = None
+    collectives: pl.DataFrame | None = None
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def has_cycles(self) -> bool:
+        return self.breakdown is not None
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """The analysis of one run (see the module's docstring).
+
+    `breakdown`, `cycles`, `recorded` and `collectives` are the ranks' frames together.
+    `cycles` are the cycles the breakdown covers (in full mode: the profiled window);
+    `recorded` is every cycle the run recorded (in full mode from the collector's own records,
+    `profiled` marking the window), which cycle counts, times, acceptance and the steady state
+    come from. `instances` counts phase instances per name (sub-phases included).
+    `unknown_comm`: communication-looking names no implementation entry matched.
+    """
+
+    run_dir: Path
+    ranks: tuple[RankAnalysis, ...]
+    breakdown: pl.DataFrame
+    cycles: pl.DataFrame
+    unknown_comm: list[str]
+    collectives: pl.DataFrame  # rank, cycle, phase, k (order in the instance), dur_ns
+    recorded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame())
+    instances: dict[str, int] = field(default_factory=dict)
+
+    def rank(self, rank: int) -> RankAnalysis | None:
+        """The analysis of one rank, None when the run has no such rank with phases."""
+        return next((r for r in self.ranks if r.rank == rank), None)
+
+
+def analyze_rank(
+    run_dir: Path | str, rank: int, rules: RuleTable, table: ImplTable
+) -> RankAnalysis | None:
+    """One rank's analysis; None when the rank has no phases at all."""
+    path = Path(run_dir)
+    try:
+        rp = rank_phases(path, rank, rules)
+        if rp is None:
+            return None
+        counts = {str(n): int(c) for n, c in rp.instances.group_by("phase").len().iter_rows()}
+        if _top(rp).height == 0:  # phases but no cycle on this rank
+            return RankAnalysis(rank, rp, counts)
+        ivals, extras = rank_intervals(path, rp, table)
+        unknown = ivals.filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String)
+        bd = rank_breakdown(path, rp, table, (ivals, extras))
+        cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
+        return RankAnalysis(
+            rank,
+            rp,
+            counts,
+            intervals=ivals,
+            extras=extras,
+            breakdown=bd,
+            cycles=cyc,
+            recorded=recorded_cycles(path, rp, table, cyc),
+            collectives=collective_rows(rp, ivals),
+            unknown=tuple(sorted(unknown.to_list())),
+        )
+    finally:
+        _load._cache.clear()  # keep no rank's rows after its analysis
+
+
+def _cat(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
+    return pl.concat([f for f in frames if f is not None], how="vertical_relaxed")
+
+
+def combine(run_dir: Path, results: list[RankAnalysis | None]) -> RunAnalysis:
+    """The run's analysis from its ranks' (in rank order; None: a rank without phases)."""
+    found = [r for r in results if r is not None]
+    if not found:
+        raise _no_phases(run_dir)
+    counts: dict[str, int] = {}
+    for r in found:
+        for name, n in r.counts.items():
+            counts[name] = counts.get(name, 0) + n
+    done = [r for r in found if r.has_cycles]
+    if not done:
+        raise NoCyclesError(no_cycle_message(run_dir, counts), instances=counts)
+    return RunAnalysis(
+        run_dir=Path(run_dir),
+        ranks=tuple(found),
+        breakdown=_cat([r.breakdown for r in done]).sort("rank", "cycle", "start_ns"),
+        cycles=_cat([r.cycles for r in done]).sort("rank", "cycle"),
+        unknown_comm=sorted({u for r in done for u in r.unknown}),
+        collectives=_cat([r.collectives for r in done]),
+        recorded=_cat([r.recorded for r in done]).sort("rank", "cycle"),
+        instances=dict(sorted(counts.items())),
+    )
+
+
+def analyze(
+    run_dir: Path,
+    *,
+    rules: Path | RuleTable | None = None,
+    impl_table: Path | ImplTable | None = None,
+) -> RunAnalysis:
+    """The analysis of the run in `run_dir`: every rank's, one rank at a time (one task a rank
+    on the current Dask engine, tracekit/distributed.py)."""
+    run_dir = Path(run_dir)
+    rule_table = rules if isinstance(rules, RuleTable) else load_rules(rules)
+    table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
+    ranks = _load.run_ranks(run_dir)
+    from tracekit.distributed import current_engine
+
+    engine = current_engine()
+    if engine is not None:
+        items = [(str(run_dir), r, rule_table, table) for r in ranks]
+        return combine(run_dir, engine.starmap(analyze_rank, items))
+    return combine(run_dir, [analyze_rank(run_dir, r, rule_table, table) for r in ranks])
+
+
+def breakdown(
+    run_dir: Path,
+    *,
+    rules: Path | RuleTable | None = None,
+    impl_table: Path | ImplTable | None = None,
+) -> pl.DataFrame:
+    """Every top-level phase instance of every rank, with DESIGN's breakdown fields plus
+    `approximate`, `accept_len` and a few more (BREAKDOWN_COLUMNS)."""
+    return analyze(run_dir, rules=rules, impl_table=impl_table).breakdown
