@@ -90,7 +90,8 @@ def command(
         try:
             result = ingest(files, run_dir, rank_overrides=overrides, jobs=jobs, progress=progress)
         except IngestError as exc:
-            _report(exc.result, time.perf_counter() - started, phases)
+            partial: IngestResult = exc.result
+            _report(partial, time.perf_counter() - started, phases)
             raise
     _report(result, time.perf_counter() - started, phases)
 
