@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, get_args, overload
 
 import click
 
 from tracekit.errors import InputError
-from tracekit.store.layout import Needs, check_run_dir
+from tracekit.store.layout import Mode, Needs, check_run_dir
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,6 +92,55 @@ def json_option(f: F | None = None, *, help: str = "Print JSON on stdout.") -> A
     """`--json` (as `as_json`); `@json_option` or `@json_option(help=...)`."""
     deco = click.option("--json", "as_json", is_flag=True, help=help)
     return deco if f is None else deco(f)
+
+
+def out_option(*, what: str, name_default: str) -> Callable[[F], F]:
+    """`--out DIR --name NAME`: where a command that runs something writes its `what`
+    directory (run, sweep), and its name."""
+
+    def deco(f: F) -> F:
+        f = click.option(
+            "--name",
+            default=None,
+            help=f"{what.capitalize()} directory name [default: {name_default}].",
+        )(f)
+        return click.option(
+            "--out",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=Path("tracekit-runs"),
+            show_default=True,
+            help=f"Directory that receives the {what} directory.",
+        )(f)
+
+    return deco
+
+
+def mode_option(*, default: Mode, help: str) -> Callable[[F], F]:
+    """`--mode light|full`, as `tracekit launch` records."""
+    return click.option(
+        "--mode", type=click.Choice(get_args(Mode)), default=default, show_default=True, help=help
+    )
+
+
+def profile_cycles_option(*, default: str | None, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--profile-cycles",
+        default=default,
+        show_default=default is not None,
+        metavar="START:COUNT",
+        help=help,
+    )
+
+
+def phases_option(*, help: str) -> Callable[[F], F]:
+    """`--phases FILE` (as `phases_file`): a phase map of one's own."""
+    return click.option(
+        "--phases",
+        "phases_file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help=help,
+    )
 
 
 def rules_option(f: F) -> F:

@@ -21,6 +21,7 @@ from typing import Any, get_args
 
 import click
 
+from tracekit.cli._options import mode_option, out_option, profile_cycles_option
 from tracekit.demo.config import Device, ModelSize, VerifyMode
 from tracekit.errors import CommandError, InputError, MissingDependencyError, TracekitError
 from tracekit.store.layout import Mode
@@ -65,19 +66,12 @@ NOISE_PREFIXES = ("USDT:",)
     metavar="X",
     help="Hold the mean acceptance length at X (1 to K+1); the work a cycle stays a real cycle's.",
 )
-@click.option(
-    "--mode",
-    type=click.Choice(get_args(Mode)),
+@mode_option(
     default="full",
-    show_default=True,
     help="light: phase timers only. full: also a torch.profiler window over a few cycles.",
 )
-@click.option(
-    "--profile-cycles",
-    default=DEFAULT_PROFILE_CYCLES,
-    show_default=True,
-    metavar="START:COUNT",
-    help="Cycles profiled on every rank in full mode.",
+@profile_cycles_option(
+    default=DEFAULT_PROFILE_CYCLES, help="Cycles profiled on every rank in full mode."
 )
 @click.option(
     "--model-size",
@@ -85,14 +79,7 @@ NOISE_PREFIXES = ("USDT:",)
     default=None,
     help="Model preset [default: tiny on CPU, large on CUDA].",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("tracekit-runs"),
-    show_default=True,
-    help="Directory that receives the run directory.",
-)
-@click.option("--name", default=None, help="Run directory name [default: demo-<time>].")
+@out_option(what="run", name_default="demo-<time>")
 def command(
     ranks: int | None,
     device: Device,
@@ -131,9 +118,19 @@ def command(
         raise MissingDependencyError(msg)
     if ranks is None and device == "cpu":
         ranks = 8
-    _check_options(ranks, cycles, draft_tokens, verify_mode, device, baseline, mode, profile_cycles)
-    _check_simulate(simulate_accept_len, draft_tokens, baseline)
-    size = model_size or ("tiny" if device == "cpu" else "large")
+    size: ModelSize = model_size or ("tiny" if device == "cpu" else "large")
+    _check_options(
+        ranks,
+        cycles,
+        draft_tokens,
+        verify_mode,
+        device,
+        baseline,
+        mode,
+        profile_cycles,
+        size,
+        simulate_accept_len,
+    )
     name = name or time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir = out / name
     if run_dir.exists():
@@ -183,43 +180,28 @@ def _check_options(
     baseline: bool,
     mode: Mode,
     profile_cycles: str,
+    size: ModelSize,
+    simulate_accept_len: float | None,
 ) -> None:
-    # What can be checked without starting torch; the server checks the rest the same way.
-    from tracekit.demo.config import preset
+    # The server's own checks, those that need no torch (the server makes the rest).
+    from tracekit.demo.options import DemoOptions, check
 
-    if ranks is not None:
-        preset("tiny" if device == "cpu" else "large").check(ranks)
-    if cycles < 1:
-        msg = f"--cycles must be at least 1, got {cycles}"
-        raise InputError(msg)
-    if draft_tokens < 1:
-        msg = f"--draft-tokens must be at least 1, got {draft_tokens}"
-        raise InputError(msg)
-    if verify_mode == "graph" and device != "cuda":
-        msg = "--verify-mode graph replays a CUDA graph: it needs --device cuda"
-        raise InputError(msg)
-    if verify_mode == "graph" and baseline:
-        msg = "--verify-mode applies to speculative decoding; drop it with --baseline"
-        raise InputError(msg)
+    opts = DemoOptions(
+        ranks=ranks or 1,
+        device=device,
+        cycles=cycles,
+        draft_tokens=draft_tokens,
+        verify_mode=verify_mode,
+        baseline=baseline,
+        model_size=size,
+        simulate_accept_len=simulate_accept_len,
+    )
+    check(opts, ranks_known=ranks is not None)
     if mode == "full":
         start, _, count = profile_cycles.partition(":")
         if not (start.isdigit() and count.isdigit() and int(count) > 0):
             msg = f"--profile-cycles {profile_cycles!r}: expected START:COUNT, e.g. 4:3"
             raise InputError(msg)
-
-
-def _check_simulate(x: float | None, draft_tokens: int, baseline: bool) -> None:
-    if x is None:
-        return
-    if baseline:
-        msg = "--simulate-accept-len holds speculative acceptance; drop it with --baseline"
-        raise InputError(msg)
-    if not 1.0 <= x <= draft_tokens + 1:
-        msg = (
-            f"--simulate-accept-len {x} is outside [1, {draft_tokens + 1}]: a cycle emits 1 to "
-            f"K+1 tokens (K = --draft-tokens {draft_tokens})"
-        )
-        raise InputError(msg)
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
+from tracekit.cli._options import mode_option, out_option, phases_option
 from tracekit.cli._sweep_plan import (
     HTML_NAME,
     DemoSpec,
@@ -71,18 +72,9 @@ if TYPE_CHECKING:
 @click.option(
     "--adapter", default=None, help="Phase map for `tracekit launch` [default: the knob's]."
 )
-@click.option(
-    "--phases",
-    "phases_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Your own phase map for `tracekit launch`.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(get_args(Mode)),
+@phases_option(help="Your own phase map for `tracekit launch`.")
+@mode_option(
     default="light",
-    show_default=True,
     help="`tracekit launch` mode (light: no profiler window slowing a few cycles).",
 )
 @click.option(
@@ -107,14 +99,7 @@ if TYPE_CHECKING:
     "--device", type=click.Choice(get_args(Device)), default="cpu", show_default=True,
     help="--demo: device.",
 )  # fmt: skip
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("tracekit-runs"),
-    show_default=True,
-    help="Directory that receives the sweep directory.",
-)
-@click.option("--name", default=None, help="Sweep directory name [default: sweep-<time>].")
+@out_option(what="sweep", name_default="sweep-<time>")
 @click.option("--cdn", is_flag=True, help="Link plotly.js from cdn.plot.ly in sweep.html.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def command(

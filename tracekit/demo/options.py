@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, get_args
 
 from tracekit.demo.config import PRESETS, Device, ModelConfig, ModelSize, VerifyMode, preset
@@ -124,25 +124,8 @@ def parse_args(argv: list[str] | None = None) -> DemoOptions:
     ranks = ns.ranks
     if ranks is None:
         ranks = 8 if ns.device == "cpu" else max(1, cuda_count())
-    opts = DemoOptions(
-        ranks=ranks,
-        device=ns.device,
-        cycles=ns.cycles,
-        draft_tokens=ns.draft_tokens,
-        verify_mode=ns.verify_mode,
-        baseline=ns.baseline,
-        model_size=ns.model_size,
-        layers=ns.layers,
-        divergence=ns.divergence,
-        prompt_len=ns.prompt_len,
-        max_new_tokens=ns.max_new_tokens,
-        seed=ns.seed,
-        graphs=ns.graphs,
-        simulate_accept_len=simulate,
-        result=ns.result,
-        quiet=ns.quiet,
-        ab_blocks=ns.ab_blocks,
-    )
+    given = {f.name: getattr(ns, f.name) for f in fields(DemoOptions)}  # one dest a field
+    opts = DemoOptions(**{**given, "ranks": ranks, "simulate_accept_len": simulate})
     validate(opts)
     return opts
 
@@ -166,8 +149,18 @@ def cuda_count() -> int:
 
 def validate(opts: DemoOptions) -> None:
     """Raise `InputError` (one line, with the fix) for options the demo cannot run."""
+    check(opts)
+    if opts.device == "cuda" and cuda_count() == 0:
+        msg = "--device cuda, but torch sees no CUDA device; run with --device cpu"
+        raise InputError(msg)
+
+
+def check(opts: DemoOptions, *, ranks_known: bool = True) -> None:
+    """The checks that need no torch (`tracekit demo` makes them before it starts anything);
+    `ranks_known` False: the server will pick the ranks (one a GPU), so they are not checked."""
     cfg = opts.model_config()
-    cfg.check(opts.ranks)
+    if ranks_known:
+        cfg.check(opts.ranks)
     if opts.cycles < 1:
         msg = f"--cycles must be at least 1, got {opts.cycles}"
         raise InputError(msg)
@@ -202,9 +195,6 @@ def validate(opts: DemoOptions) -> None:
                 f"emits 1 to K+1 tokens (K = --draft-tokens {opts.draft_tokens})"
             )
             raise InputError(msg)
-    if opts.device == "cuda" and cuda_count() == 0:
-        msg = "--device cuda, but torch sees no CUDA device; run with --device cpu"
-        raise InputError(msg)
     if opts.verify_mode == "graph" and (opts.device != "cuda" or not opts.graphs):
         msg = (
             "--verify-mode graph replays a CUDA graph: it needs --device cuda (without --no-graphs)"
