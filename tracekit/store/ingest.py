@@ -22,14 +22,13 @@ import pyarrow.parquet as pq
 from tracekit.errors import IngestError, InputError, RankError, TracekitError
 from tracekit.store.layout import RunLayout
 from tracekit.store.ranks import RankSource
-from tracekit.store.schema import TABLES
+from tracekit.store.schema import EVENTS_DICT_COLUMNS, TABLES
 from tracekit.store.writer import conform, with_metadata
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 EVENTS_PART = "part-0.parquet"
 MANIFESTS_PART = "part-kineto.parquet"
 STAGING = ".ingest-staging"
-DICT_COLUMNS = ["cat", "name", "ph", "collective", "dtype", "pg_name"]
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -256,7 +255,7 @@ def _ingest_one(task: _Task) -> _Outcome:
         schema = with_metadata(TABLES["events"])
         # Dictionary-encode only the repetitive columns; hashing every `args` text is wasted.
         writer = pq.ParquetWriter(
-            events_file, schema, compression="zstd", use_dictionary=DICT_COLUMNS
+            events_file, schema, compression="zstd", use_dictionary=list(EVENTS_DICT_COLUMNS)
         )
         stats = BatchStats()
         for batch in iter_batches(trace, stats=stats):

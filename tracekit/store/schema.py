@@ -56,6 +56,15 @@ EVENTS = pa.schema(
     ]
 )
 
+# Parquet dictionary-encodes these events columns (the dictionary-typed ones and the repetitive
+# collective strings); hashing every `args` text would be wasted.
+EVENTS_DICT_COLUMNS = (
+    *(f.name for f in EVENTS if pa.types.is_dictionary(f.type)),
+    "collective",
+    "dtype",
+    "pg_name",
+)
+
 # manifests: long format, one row a (rank, section, key). Sections:
 #   trace        source_file, trace_name, kineto_schema_version, time_base ("relative_ns" or
 #                "absolute_us"), base_time_ns, display_time_unit
