@@ -199,7 +199,10 @@ def main() -> None:
         stats = kineto.BatchStats()
         schema = with_metadata(TABLES["events"])
         with pq.ParquetWriter(
-            tmpdir / "f.parquet", schema, compression="zstd", use_dictionary=list(EVENTS_DICT_COLUMNS)
+            tmpdir / "f.parquet",
+            schema,
+            compression="zstd",
+            use_dictionary=list(EVENTS_DICT_COLUMNS),
         ) as w:
             for t in kineto.fallback.iter_batches(trace, stats=stats):
                 w.write_table(conform("events", t).replace_schema_metadata(schema.metadata))
