@@ -7,7 +7,7 @@ import random
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from tracekit.analyzers.phases import _nest_loop, nest
+from tracekit.store.placement import _nest_loop, nest, nesting_order
 
 SCHEMA = {
     "pid": pl.Int64,
@@ -19,7 +19,7 @@ SCHEMA = {
 
 
 def _walk(ranges: pl.DataFrame) -> pl.DataFrame:
-    df = ranges.sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
+    df = nesting_order(ranges)
     out: pl.DataFrame = _nest_loop(
         df.with_row_index("inst").with_columns(pl.col("inst").cast(pl.Int64))
     )
