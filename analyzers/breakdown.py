@@ -15,29 +15,30 @@ import polars as pl
 from tracekit.analyzers.phases import RankPhases
 from tracekit.analyzers.timeline import split
 
-BREAKDOWN_COLUMNS = [
-    "rank",
-    "cycle",
-    "phase",
-    "start_ns",
-    "wall_ns",
-    "forward_ns",
-    "allreduce_ns",
-    "overhead_ns",
-    "graph_replayed",
-    "graph_kernel_frac",
-    "allreduce_impl",
-    "kernels",
-    "approximate",
-    "accept_len",
-    "end_ns",
-    "cpu_ns",
-    "unattributed_ns",
-    "graph_launches",
-    "device_end_ns",
-    "gpu_timed",
-    "inst",  # the instance id (analyzers/model.py); not among the CLI's fields
-]
+BREAKDOWN_SCHEMA = {  # the breakdown frame: columns and their types when it is empty
+    "rank": pl.Int32,
+    "cycle": pl.Int64,
+    "phase": pl.String,
+    "start_ns": pl.Int64,
+    "wall_ns": pl.Int64,
+    "forward_ns": pl.Int64,
+    "allreduce_ns": pl.Int64,
+    "overhead_ns": pl.Int64,
+    "graph_replayed": pl.Boolean,
+    "graph_kernel_frac": pl.Float64,
+    "allreduce_impl": pl.String,
+    "kernels": pl.Int64,
+    "approximate": pl.Boolean,
+    "accept_len": pl.Float64,
+    "end_ns": pl.Int64,
+    "cpu_ns": pl.Int64,
+    "unattributed_ns": pl.Int64,
+    "graph_launches": pl.Int64,
+    "device_end_ns": pl.Int64,
+    "gpu_timed": pl.Boolean,
+    "inst": pl.Int64,  # the instance id (analyzers/model.py); not among the CLI's fields
+}
+BREAKDOWN_COLUMNS = list(BREAKDOWN_SCHEMA)
 
 
 def _window_start(rp: RankPhases) -> int:
@@ -95,15 +96,4 @@ def rank_breakdown(rp: RankPhases, intervals: tuple[pl.DataFrame, pl.DataFrame])
 
 
 def _empty_breakdown() -> pl.DataFrame:
-    schema = {
-        "rank": pl.Int32,
-        "cycle": pl.Int64,
-        "phase": pl.String,
-        "graph_replayed": pl.Boolean,
-        "approximate": pl.Boolean,
-        "allreduce_impl": pl.String,
-        "accept_len": pl.Float64,
-        "graph_kernel_frac": pl.Float64,
-        "gpu_timed": pl.Boolean,
-    }
-    return pl.DataFrame(schema={c: schema.get(c, pl.Int64) for c in BREAKDOWN_COLUMNS})
+    return pl.DataFrame(schema=BREAKDOWN_SCHEMA)
