@@ -1,4 +1,4 @@
-"""Cycles: which speculative iteration each phase instance belongs to.
+"""Cycles of a rank's trace: the ranges of its speculative iterations.
 
 In order of preference: `tracekit/cycle` ranges in the trace; the collector's `cycles` table;
 failing both, a cycle starts at each top-level `draft` instance (or, in a run without drafts such
