@@ -80,7 +80,7 @@ def apply_deltas(rows: list[Row], kind: str, phase: str | None, source: str) -> 
 class _RawCycles:
     """A rank's records grouped by raw cycle, and the `require` rule over them."""
 
-    def __init__(self, phase_rows: list[Row], cycle_rows: list[Row], cfg: dict[str, Any]):
+    def __init__(self, phase_rows: list[Row], cycle_rows: list[Row], cfg: dict[str, Any]) -> None:
         self.require = cfg.get("require")
         # Raw cycle numbers count per process. When several processes of one rank recorded
         # cycles (a restarted rank), a cycle is (pid, number), ordered by its start.
