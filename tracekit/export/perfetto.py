@@ -289,24 +289,23 @@ def _rank_analysis(
 
     `events`: the rank's events table as the export read it (with the analyzers' columns), so
     the analyzers need not read it again."""
-    from tracekit.analyzers._load import prime_events
+    from tracekit.analyzers._load import read_rank
     from tracekit.analyzers.allreduce import load_impl_table
-    from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
+    from tracekit.analyzers.breakdown import rank_breakdown
+    from tracekit.analyzers.intervals import rank_intervals
     from tracekit.analyzers.phases import rank_phases
     from tracekit.analyzers.rules import load_rules
 
     try:
-        if events is not None:
-            prime_events(run_dir, rank, events)
-        rp = rank_phases(run_dir, rank, load_rules(None))
+        inputs = read_rank(run_dir, rank, events)
+        rp = rank_phases(inputs, load_rules(None))
         if rp is None:
             notes.append(
                 f"rank {rank}: no phases found (no `tracekit/<phase>` or known annotation ranges, "
                 "no collector `phases` table)"
             )
             return None, None
-        table = load_impl_table(None)
-        bd = rank_breakdown(run_dir, rp, table, rank_intervals(run_dir, rp, table))
+        bd = rank_breakdown(rp, rank_intervals(inputs, rp, load_impl_table(None)))
         return rp.instances, bd
     except TracekitError as exc:
         notes.append(f"rank {rank}: phases and breakdown unavailable: {exc}")
