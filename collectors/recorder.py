@@ -43,11 +43,8 @@ to stderr, and the program goes on unwrapped.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
-import json
 import os
-import struct
 import sys
 import threading
 import time
@@ -58,42 +55,18 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.phasemap import read_attr_path
 from tracekit.collectors.segments import RetentionPolicy, SegmentLog
+from tracekit.store.raw.files import MANIFEST_FILE, PROCESS_FILE, SITES_FILE, write_json
+from tracekit.store.raw.ipc import StreamWriter
+from tracekit.store.raw.records import encode_rows
+from tracekit.store.raw.schema import ROW, raw_schema, row_dtype
 
 if TYPE_CHECKING:
     from tracekit.collectors.phasemap import Site
     from tracekit.collectors.profiler import ProfileWindow
 
-# Raw record columns (one row a wrapped call). Strings are coded: `code` indexes the site table
-# in `sites.json` (kind "phase" or "cycle", phase name, target), `parent` is the code of the
-# enclosing phase (-1 at depth 0). Merge decodes them into the `phases` / `cycles` tables.
-RAW_COLUMNS: tuple[str, ...] = (
-    "code",
-    "cycle",
-    "depth",
-    "parent",
-    "tid",
-    "seq",
-    "start_ns",
-    "end_ns",
-    "graph_replays",
-    "accept_len",
-    "ok",
-    "gpu_start_ns",
-    "gpu_end_ns",
-)
-N_ROW = 11  # columns held by a buffered row (the GPU times are kept aside)
-# A buffered row: the first N_ROW columns packed into bytes (little-endian, no padding), so the
-# buffer is one bytearray that the garbage collector never walks and a flush converts without a
-# per-value Python loop. `accept_len` is NaN when there is none (written as null).
-_ROW = struct.Struct("<iqiiqqqqid?")
-_ROW_TYPES = ("<i4", "<i8", "<i4", "<i4", "<i8", "<i8", "<i8", "<i8", "<i4", "<f8", "?")
-_pack = _ROW.pack
+_ROW = ROW
+_pack = ROW.pack
 _NAN = float("nan")
-RECORDS_FILE = "records.arrow"
-SITES_FILE = "sites.json"
-PROCESS_FILE = "process.json"
-MANIFEST_FILE = "manifest.json"
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 # One deadline for everything the exit waits on (the last phases' CUDA events, the final flush,
 # the backend's rank query): a device stuck on a peer that is gone (a collective whose other
 # ranks exited) must not keep the server's process from exiting. Phases left unresolved keep
@@ -102,40 +75,6 @@ EXIT_DEADLINE_S = 3.0
 # Two adjacent top-level phases share one CUDA event at their boundary when the second starts
 # at most this long (host time) after the first's end event was recorded (see _gpu_begin).
 SHARE_GAP_NS = 20_000
-
-
-@functools.cache
-def _row_dtype() -> Any:
-    """The numpy dtype of a packed row (numpy is imported at the first flush, not before)."""
-    import numpy as np
-
-    dtype = np.dtype(list(zip(RAW_COLUMNS[:N_ROW], _ROW_TYPES, strict=True)))
-    assert dtype.itemsize == _ROW.size
-    return dtype
-
-
-def raw_schema() -> Any:
-    import pyarrow as pa
-
-    i32 = pa.int32()
-    i64 = pa.int64()
-    return pa.schema(
-        [
-            ("code", i32),
-            ("cycle", i64),
-            ("depth", i32),
-            ("parent", i32),
-            ("tid", i64),
-            ("seq", i64),
-            ("start_ns", i64),
-            ("end_ns", i64),
-            ("graph_replays", i32),
-            ("accept_len", pa.float64()),
-            ("ok", pa.bool_()),
-            ("gpu_start_ns", i64),
-            ("gpu_end_ns", i64),
-        ]
-    )
 
 
 @dataclass
@@ -261,9 +200,8 @@ class Recorder:
         self._flush_n = max(1, config.flush_records)
         self._flush_bytes = self._flush_n * _ROW.size
         self._last_flush = time.time_ns()
-        self._fd: int | None = None
+        self._stream: StreamWriter | None = None  # the open segment (closed at exit)
         self._segments = SegmentLog(config.retention)
-        self._schema: Any = None
         self._nvtx: Any = None
         self._nvtx_ready = False
         self._is_compiling: Callable[[], bool] | None = None
@@ -317,6 +255,11 @@ class Recorder:
     def records(self) -> int:
         """Rows recorded so far in this process: written plus buffered."""
         return self._rows_written + len(self._rows) // _ROW.size
+
+    @property
+    def opened(self) -> bool:
+        """True once the record stream was opened (it stays True after it is closed)."""
+        return self._stream is not None
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -824,17 +767,14 @@ class Recorder:
         import pyarrow  # noqa: F401  (fail early, inside the guard)
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._schema = raw_schema()
         self._open_segment()
         self._start_timer()
 
     # -- segments (rotation and retention, collectors/segments.py) --------------------------
     def _open_segment(self) -> None:
         seg = self._segments.open(self.dir, time.time_ns())
-        self._fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        head = self._schema.serialize().to_pybytes()
-        os.write(self._fd, head)
-        seg.add(len(head), 0, None, time.time_ns())
+        self._stream = stream = StreamWriter(seg.path, raw_schema())
+        seg.add(stream.head_bytes, 0, None, time.time_ns())
 
     def _segment_written(self, nbytes: int, rows: Any) -> None:
         seg = self._segments.current
@@ -853,10 +793,10 @@ class Recorder:
         oldest first)."""
         log = self._segments
         now = time.time_ns()
-        if writing and self._fd is not None and self._fd >= 0 and log.should_rotate(now):
-            os.write(self._fd, _EOS)
-            os.close(self._fd)
-            self._fd = None
+        stream = self._stream
+        if writing and stream is not None and not stream.closed and log.should_rotate(now):
+            self._stream = None
+            stream.close()
             log.close_current()
             self._open_segment()
         if log.enforce(now):
@@ -903,31 +843,6 @@ class Recorder:
         """True when this thread is inside `flush` (a signal handler interrupted it)."""
         return self._flush_owner == threading.get_ident()
 
-    def _batch(self, rows: Any) -> bytes:
-        """One Arrow IPC record batch of `rows` (a numpy array of the _ROW layout)."""
-        import numpy as np
-        import pyarrow as pa
-
-        schema = self._schema
-        n = len(rows)
-        arrays = []
-        for i, name in enumerate(RAW_COLUMNS[:N_ROW]):
-            col = rows[name]
-            mask = np.isnan(col) if name == "accept_len" else None
-            arrays.append(pa.array(col, type=schema.field(i).type, mask=mask))
-        done = self._gpu_done
-        if done:
-            seqs = [abs(seq) for seq in rows["seq"].tolist()]
-            g0 = [done.get(seq, (None, None))[0] for seq in seqs]
-            g1 = [done.get(seq, (None, None))[1] for seq in seqs]
-            for seq in seqs:
-                done.pop(seq, None)
-            arrays += [pa.array(g0, pa.int64()), pa.array(g1, pa.int64())]
-        else:
-            arrays += [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64())]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-        return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
-
     def _take_rows(self, *, final: bool) -> Any:
         """Remove from the buffer the rows whose GPU times are known (all when `final`); return
         them as a numpy array. Rows other threads append meanwhile stay in the buffer."""
@@ -935,7 +850,7 @@ class Recorder:
 
         buf = self._rows
         size = len(buf) - len(buf) % _ROW.size
-        rows = np.frombuffer(bytes(buf[:size]), dtype=_row_dtype())
+        rows = np.frombuffer(bytes(buf[:size]), dtype=row_dtype())
         if self._gpu_pending and not final:
             pending = np.fromiter((seq for seq, _, _ in self._gpu_pending), dtype=np.int64)
             wait = np.isin(rows["seq"], pending)
@@ -997,22 +912,22 @@ class Recorder:
             self._last_flush = time.time_ns()
             self._resolve_gpu(wait=final, until=until)
             ready = self._take_rows(final=final)
-            if self._fd is None:
+            if self._stream is None:
                 self._open()
             if len(self._sites) > self._sites_written:
-                _write_json(self.dir / SITES_FILE, {"sites": self._sites})
+                write_json(self.dir / SITES_FILE, {"sites": self._sites})
                 self._sites_written = len(self._sites)
             self._rotate(writing=len(ready) > 0)
+            stream = self._stream
+            assert stream is not None
             if len(ready):
-                data = self._batch(ready)
-                os.write(self._fd, data)  # type: ignore[arg-type]
+                data = encode_rows(ready, self._gpu_done)
+                stream.write(data)
                 self.flushes += 1
                 self._rows_written += len(ready)
                 self._segment_written(len(data), ready)
             if final:
-                os.write(self._fd, _EOS)  # type: ignore[arg-type]
-                os.close(self._fd)  # type: ignore[arg-type]
-                self._fd = -1
+                stream.close()
             if final or self._process_records != self._rows_written:
                 self._write_process()
         except Exception as exc:
@@ -1059,7 +974,7 @@ class Recorder:
         data = manifest.collect(
             package=self.config.package, rank_info=self._rank_info, with_device=with_device
         )
-        _write_json(self.dir / MANIFEST_FILE, data)
+        write_json(self.dir / MANIFEST_FILE, data)
         self._manifest_written = True
 
     @contextlib.contextmanager
@@ -1094,7 +1009,7 @@ class Recorder:
                 dropped=self._segments.dropped.to_json(),
             )
             data.update(extra)
-            _write_json(self.dir / PROCESS_FILE, data)
+            write_json(self.dir / PROCESS_FILE, data)
             self._process_records = written
 
     def close(self) -> None:
@@ -1151,7 +1066,7 @@ class Recorder:
 
     def _close_records(self, until: float) -> None:
         try:
-            if self.records == 0 and self._fd is None:
+            if self.records == 0 and self._stream is None:
                 self._write_process(end_ns=time.time_ns())
                 return
             # the CUDA-event poll leaves a share of the deadline to writing the records
@@ -1208,12 +1123,10 @@ class Recorder:
         self._gpu_pending = []
         self._gpu_done = {}
         self._bound_ids = set()
-        if self._fd is not None and self._fd >= 0:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-        self._fd = None
+        if self._stream is not None:  # the parent's segment: no end marker from here
+            with contextlib.suppress(OSError):
+                self._stream.close(clean=False)
+        self._stream = None
         self._segments = SegmentLog(self.config.retention)
         self._sites_written = 0
         self._lock = threading.RLock()
@@ -1233,34 +1146,3 @@ class Recorder:
             self.profile.out_dir = self.dir
         self._write_process()
         self._start_timer()  # the parent's timer thread did not survive the fork
-
-
-def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Raw rows with their site codes resolved: kind, phase, parent (name), target."""
-    rows: list[dict[str, Any]] = table.to_pylist()
-    if "code" not in table.column_names:
-        # the first record format (tracekit 0.1 before site codes): names written on every row
-        for r in rows:
-            r["seq"] = abs(r["seq"])
-        return rows
-    by_code = {int(s["code"]): s for s in sites}
-    for r in rows:
-        site = by_code.get(r["code"], {"kind": "phase", "phase": f"code{r['code']}", "target": ""})
-        r["kind"] = site["kind"]
-        r["phase"] = site["phase"] if site["kind"] == "phase" else None
-        r["target"] = site["target"]
-        parent = by_code.get(r["parent"]) if r["parent"] is not None and r["parent"] >= 0 else None
-        r["parent"] = parent["phase"] if parent else None
-        r["seq"] = abs(r["seq"])
-    return rows
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")  # one a writing thread
-    try:
-        tmp.write_text(json.dumps(data, default=str, indent=1))
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(path)

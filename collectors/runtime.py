@@ -64,7 +64,7 @@ class Runtime:
             except Exception as exc:
                 rec.unresolved[name] = f"{type(exc).__name__}: {exc}"
         try:
-            if rec._fd is None and rec.active:
+            if not rec.opened and rec.active:
                 rec.flush()  # opens the record file now, at import time, not inside a cycle
         except Exception as exc:
             rec.fail("open", exc)

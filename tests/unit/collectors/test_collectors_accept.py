@@ -10,10 +10,13 @@ import pytest
 
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.errors import CollectorError
-from tracekit.store.merge import _phases_and_cycles, read_stream
+from tracekit.store.merge import _phases_and_cycles
+from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import decode
 
 HEAD = "[[phase]]\nname = 'draft'\ntargets = ['m:f']\n"
 

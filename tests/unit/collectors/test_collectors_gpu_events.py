@@ -12,9 +12,11 @@ import pytest
 
 from tracekit.collectors import recorder as recorder_mod
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import read_stream
+from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import decode
 
 
 class FakeCuda:

@@ -8,16 +8,11 @@ from typing import Any
 import pytest
 
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import (
-    RECORDS_FILE,
-    SITES_FILE,
-    Recorder,
-    RecorderConfig,
-    _as_accept_len,
-    decode,
-)
+from tracekit.collectors.recorder import Recorder, RecorderConfig, _as_accept_len
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import read_stream
+from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import decode
 
 
 class Out:
