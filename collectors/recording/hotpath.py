@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tracekit.collectors.phasemap import read_attr_path
+from tracekit.collectors.accept import read_attr_path
 from tracekit.store.raw.schema import ROW
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)

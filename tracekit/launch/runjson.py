@@ -13,6 +13,7 @@ from typing import Any
 
 from tracekit._version import __version__
 from tracekit.collectors import phasemap as pm
+from tracekit.collectors.accept import AcceptRule
 from tracekit.collectors.redact import redact_argv
 from tracekit.launch.options import LaunchOptions
 from tracekit.launch.supervise import ProcessWatcher, Supervision
@@ -21,7 +22,7 @@ from tracekit.store.raw.run import CYCLE_RULE_KEY, AcceptSource, CycleRule
 from tracekit.store.schema import SCHEMA_VERSION
 
 
-def _delta_source(accept: tuple[pm.AcceptRule, ...]) -> AcceptSource | None:
+def _delta_source(accept: tuple[AcceptRule, ...]) -> AcceptSource | None:
     """Where a rule of kind "delta" reads its length (merge turns lengths into tokens)."""
     if accept and accept[0].kind == "delta":
         return "arg" if accept[0].source == "arg" else "return"
