@@ -246,6 +246,7 @@ def _targets(value: object, where: str) -> tuple[Target, ...]:
 
 
 def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -> PhaseMap:
+    """Check a phase map's text (`source` names it in errors: one line, what to fix)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -262,7 +263,20 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
         raise CollectorError(msg)
     name = str(adapter.get("name") or (path.stem if path else "custom"))
     package = adapter.get("package")
-    raw_phases = data.get("phase", [])
+    phases = _phases(data.get("phase", []), source)
+    return PhaseMap(
+        name=name,
+        phases=phases,
+        cycle=_cycle(data.get("cycle", {}), {ph.name for ph in phases}, source),
+        package=package if isinstance(package, str) else None,
+        path=path,
+        text=text,
+        components=_components(data.get("component", []), source),
+    )
+
+
+def _phases(raw_phases: object, source: str) -> tuple[PhaseSpec, ...]:
+    """The `[[phase]]` tables: each a new name, at least one target, one accept rule form."""
     if not isinstance(raw_phases, list) or not raw_phases:
         msg = f"{source}: no [[phase]] entries; add at least one `[[phase]]` with `name` and `targets`"
         raise CollectorError(msg)
@@ -296,7 +310,11 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
         phases.append(
             PhaseSpec(pname, targets, _accept(entry.get("accept_len"), where), accept=accept)
         )
-    raw_cycle = data.get("cycle", {})
+    return tuple(phases)
+
+
+def _cycle(raw_cycle: object, seen: set[str], source: str) -> CycleSpec:
+    """The `[cycle]` table, checked against the map's phase names `seen`."""
     if not isinstance(raw_cycle, dict):
         msg = f"{source}: [cycle] must be a table"
         raise CollectorError(msg)
@@ -329,15 +347,7 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
     # DESIGN: failing a cycle function, a cycle starts at each top-level draft phase.
     if not cycle.targets and not cycle.starts_with and "draft" in seen:
         cycle = CycleSpec(starts_with="draft", accept_len=cycle.accept_len, accept=cycle.accept)
-    return PhaseMap(
-        name=name,
-        phases=tuple(phases),
-        cycle=cycle,
-        package=package if isinstance(package, str) else None,
-        path=path,
-        text=text,
-        components=_components(data.get("component", []), source),
-    )
+    return cycle
 
 
 _COMPONENT_VALUE_RE = re.compile(

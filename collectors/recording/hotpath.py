@@ -79,6 +79,8 @@ class HotPath(Lifecycle):
         self._info[id(site)] = info
         return info
 
+    # Kept whole (over the house's 80 lines): the measured per-call path (docs/BENCHMARKS.md,
+    # "Collector overhead"); splitting it would add a call a wrapped call.
     def enter(self, site: Site) -> Frame | None:
         """Start a record; None means: pass straight through (tracekit's own call, torch.compile
         tracing, CUDA graph capture, or a recorder failure)."""
@@ -219,6 +221,8 @@ class HotPath(Lifecycle):
         except Exception as exc:
             self.fail("exit", exc)
 
+    # Kept whole (over the house's 80 lines): the measured per-call path (docs/BENCHMARKS.md,
+    # "Collector overhead"); splitting it would add a call a wrapped call.
     def sync_call(
         self, fn: Callable[..., Any], site: Site, generic: Callable[..., Any]
     ) -> Callable[..., Any]:
