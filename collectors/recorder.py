@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from tracekit.collectors.segments import RetentionPolicy
 
@@ -61,6 +61,8 @@ else:
 # ranks exited) must not keep the server's process from exiting. Phases left unresolved keep
 # their CPU times.
 EXIT_DEADLINE_S = 3.0
+Mode = Literal["light", "full"]  # light: CPU clocks + CUDA events; full: + a torch.profiler window
+MODES: tuple[Mode, ...] = ("light", "full")
 
 
 @dataclass
@@ -69,7 +71,7 @@ class RecorderConfig:
     flush_records: int = 1000
     flush_seconds: float = 1.0
     adapter: str = ""
-    mode: str = "light"
+    mode: Mode = "light"
     package: str | None = None
     via: str = "sitecustomize"
     exit_deadline_s: float = EXIT_DEADLINE_S

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.accept import read_attr_path
-from tracekit.store.raw.schema import ROW
+from tracekit.store.raw.schema import ROW, SiteKind
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
     from collectors.recording.lifecycle import Lifecycle
@@ -50,7 +50,7 @@ class HotPath(Lifecycle):
         except Exception:
             self._nvtx = None
 
-    def _new_code(self, site: Site, kind: str) -> int:
+    def _new_code(self, site: Site, kind: SiteKind) -> int:
         with self._lock:
             name = site.phase if kind == "phase" else "cycle"
             code = len(self._sites)

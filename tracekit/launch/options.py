@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-Mode = Literal["light", "full"]
-MODES: tuple[Mode, ...] = ("light", "full")
+from typing import Any
 
 
 @dataclass
 class LaunchOptions:
     command: list[str]
     phasemap_path: Path
-    mode: str = "light"  # one of MODES (checked by preflight: it comes from the command line)
+    mode: str = "light"  # one of MODES, "light" or "full" (checked by preflight: the CLI's text)
     profile_cycles: str | None = None
     out: Path = Path("tracekit-runs")
     name: str | None = None

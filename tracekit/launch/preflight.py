@@ -10,9 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tracekit.collectors import phasemap as pm
+from tracekit.collectors.recorder import MODES
 from tracekit.collectors.resolve import FOUND, UNKNOWN, installed_module_file, resolve_all
 from tracekit.errors import CollectorError
-from tracekit.launch.options import MODES, LaunchOptions
+from tracekit.launch.options import LaunchOptions
 
 
 def check_options(opts: LaunchOptions) -> None:
