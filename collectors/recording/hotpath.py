@@ -18,11 +18,11 @@ from tracekit.store.raw.schema import ROW, SiteKind
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
     from collectors.recording.lifecycle import Lifecycle
-    from collectors.recording.state import Frame, SiteInfo, ThreadState, as_accept_len
+    from collectors.recording.state import Frame, SiteInfo, ThreadState
     from collectors.recording.state import now_ns as _time_ns
 else:
     from tracekit.collectors.recording.lifecycle import Lifecycle
-    from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState, as_accept_len
+    from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState
     from tracekit.collectors.recording.state import now_ns as _time_ns
 
 if TYPE_CHECKING:
@@ -32,6 +32,26 @@ _ROW = ROW
 _pack = ROW.pack
 _NAN = float("nan")
 _modules = sys.modules
+
+
+def as_accept_len(value: object) -> float | None:
+    """A number from a return-value field; never synchronises a device."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        nums = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return sum(nums) / len(nums) if nums else None
+    if hasattr(value, "item") and hasattr(value, "numel"):
+        tensor: Any = value
+        if getattr(tensor, "is_cuda", False):
+            return None  # reading it would synchronise the stream
+        if tensor.numel() == 1:
+            return float(tensor.item())
+        if tensor.numel() > 1:
+            return float(tensor.float().mean().item())
+    return None
 
 
 class HotPath(Lifecycle):

@@ -25,26 +25,6 @@ if TYPE_CHECKING:
 _ROW = ROW
 
 
-def as_accept_len(value: object) -> float | None:
-    """A number from a return-value field; never synchronises a device."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        nums = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        return sum(nums) / len(nums) if nums else None
-    if hasattr(value, "item") and hasattr(value, "numel"):
-        tensor: Any = value
-        if getattr(tensor, "is_cuda", False):
-            return None  # reading it would synchronise the stream
-        if tensor.numel() == 1:
-            return float(tensor.item())
-        if tensor.numel() > 1:
-            return float(tensor.float().mean().item())
-    return None
-
-
 ENV_TEST_CLOCK_OFFSET = "TRACEKIT_TEST_CLOCK_OFFSET_NS"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
-from tracekit.collectors.recording.state import as_accept_len
+from tracekit.collectors.recording.hotpath import as_accept_len
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
 from tracekit.store.raw.ipc import read_stream
