@@ -1,7 +1,8 @@
 """`tracekit merge`: raw per-process collector output -> the Parquet store.
 
 Reads `RUN_DIR/raw/pid-*/` (records.arrow, process.json, manifest.json, kineto.json.gz) and
-`raw/nvml/`, resolves each process to its rank, and writes the `phases`, `cycles`, `manifests`
+`raw/nvml/` through tracekit/store/raw/, the phase map's cycle rule from run.json
+(`cycle_rule`, written by the launcher), resolves each process to its rank, and writes the `phases`, `cycles`, `manifests`
 and `counters` tables, plus `events` by ingesting full mode's Kineto traces. Missing and partial
 ranks are reported (warnings) and the rest is merged. Re-running merge rewrites these tables.
 
@@ -9,9 +10,7 @@ Rank of a process: `torch.distributed` rank it recorded, else the `RANK` environ
 a single process with records and no rank is rank 0. Cycle numbers: with a cycle target, every
 outermost call is a cycle (dropped when the map's `require` phase did not run inside it, e.g. a
 prefill batch), renumbered from 0 per rank; with `starts_with`, a cycle starts at each
-outermost call of that phase. Phases outside any cycle get cycle -1. The cycle rule is the
-one the launcher wrote into run.json (`cycle_rule`, tracekit/store/raw/run.py); the raw files
-are read through tracekit/store/raw/.
+outermost call of that phase. Phases outside any cycle get cycle -1.
 """
 
 from __future__ import annotations
