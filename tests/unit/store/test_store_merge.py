@@ -183,8 +183,9 @@ def test_merge_cycle_target_with_require(tmp_path: Path) -> None:
 def test_merge_starts_with(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
-    write_map(raw,
-        MAP_TARGET.replace('targets = ["m:W.step"]\nrequire = "draft"', 'starts_with = "draft"')
+    write_map(
+        raw,
+        MAP_TARGET.replace('targets = ["m:W.step"]\nrequire = "draft"', 'starts_with = "draft"'),
     )
     rows = [r for r in cycle_rows(2, prefill=False) if r["kind"] == "phase"]
     write_proc(raw, 5, rows, rank=None)
