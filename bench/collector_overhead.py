@@ -16,6 +16,8 @@ Usage:
     python bench/collector_overhead.py                      # CPU per-call figures
     git show REV:collectors/recorder.py > old/recorder.py  # (and wrappers.py), then:
     python bench/collector_overhead.py --code old           # the same figures for REV
+    (a REV whose recorder is one file, before collectors/recording/; in one from before
+    collectors/accept.py, change its `phasemap import read_attr_path` to `accept import`)
     python bench/collector_overhead.py --demo --device cuda --ranks 1 --cycles 200
 """
 

@@ -30,8 +30,9 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from tracekit.collectors.accept import AcceptRule, accept_rules, bind_accept
 from tracekit.errors import CollectorError
 
 if sys.version_info >= (3, 11):
@@ -65,34 +66,6 @@ class Target:
 
     def __str__(self) -> str:
         return f"{self.module}:{self.qualname}"
-
-
-AcceptKind = Literal["count", "delta"]
-AcceptFrom = Literal["return", "arg"]
-# One step of an accept `value` path: ("attr", name), ("index", n), ("each", None), or
-# ("len", None) (the length of what the steps before it reached).
-Step = tuple[str, "str | int | None"]
-_STEP_RE = re.compile(r"\.?([A-Za-z_]\w*)|\[(-?\d+)\]|\[\*\]")
-_ARG_RE = re.compile(r"^arg:([A-Za-z_]\w*)$")
-
-
-@dataclass(frozen=True)
-class AcceptRule:
-    """Where a call shows a cycle's tokens (`accept = {...}` in a phase map).
-
-    `source` "return": the call's return value; "arg": its argument `arg` (by name, or by
-    position from the function's signature). `steps` is the parsed `value` path, applied to that
-    object; `kind` "count": the value is the cycle's tokens (a list or a CPU tensor: its mean);
-    "delta": the value is a length whose growth from one cycle's call to the next is the
-    tokens (DEFINITIONS.md "acceptance rules"). `text` is the rule as written, for messages.
-    """
-
-    source: AcceptFrom
-    steps: tuple[Step, ...]
-    kind: AcceptKind = "count"
-    arg: str | None = None
-    text: str = ""
-    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -246,119 +219,6 @@ def _accept(value: object, where: str) -> str | None:
     return value
 
 
-def parse_value(text: str, where: str) -> tuple[Step, ...]:
-    """Parse an accept `value` path: `.attr` (or a bare first name), `[int]`, `[*]` (each
-    element of a list or tuple), wrapped in `len(...)` for a length. Nothing is executed."""
-    body = text.strip()
-    steps: list[Step] = []
-    wrap_len = False
-    if body.startswith("len(") and body.endswith(")"):
-        body, wrap_len = body[4:-1].strip(), True
-    pos = 0
-    while pos < len(body):
-        m = _STEP_RE.match(body, pos)
-        if m is None or (m.group(1) and m.group(0)[0] != "." and pos > 0):
-            msg = (
-                f'{where}: `value = "{text}"` is not a path (at {body[pos:]!r}); use `.attr`, '
-                '`[int]`, `[*]` and `len(...)`, e.g. "shape[-1]" or "len(tokens[*])"'
-            )
-            raise CollectorError(msg)
-        if m.group(1):
-            steps.append(("attr", m.group(1)))
-        elif m.group(2) is not None:
-            steps.append(("index", int(m.group(2))))
-        else:
-            steps.append(("each", None))
-        pos = m.end()
-    if wrap_len:
-        steps.append(("len", None))
-    return tuple(steps)
-
-
-def _accept_rule(value: object, where: str) -> AcceptRule:
-    if not isinstance(value, dict):
-        msg = f'{where}: must be a table such as {{ from = "return", value = "accept_len" }}'
-        raise CollectorError(msg)
-    extra = set(value) - {"from", "value", "kind"}
-    if extra:
-        msg = f"{where}: unknown key(s) {sorted(extra)}; allowed: from, value, kind"
-        raise CollectorError(msg)
-    src = value.get("from", "return")
-    arg = None
-    m = _ARG_RE.match(src) if isinstance(src, str) else None
-    if m is not None:
-        source: AcceptFrom = "arg"
-        arg = m.group(1)
-    elif src == "return":
-        source = "return"
-    else:
-        msg = f'{where}: `from = {src!r}`; use "return" or "arg:NAME" (an argument of the target)'
-        raise CollectorError(msg)
-    kind = value.get("kind", "count")
-    if kind not in ("count", "delta"):
-        msg = f'{where}: `kind = {kind!r}`; use "count" (tokens of the cycle) or "delta" (growth of a length)'
-        raise CollectorError(msg)
-    text = value.get("value", "")
-    if not isinstance(text, str):
-        msg = f'{where}: `value` must be a string path such as "shape[-1]", got {text!r}'
-        raise CollectorError(msg)
-    steps = parse_value(text, where)
-    shown = f"from={src} value={text or '(itself)'} kind={kind}"
-    return AcceptRule(source, steps, kind, arg, shown, where)
-
-
-def _accept_rules(value: object, where: str) -> tuple[AcceptRule, ...]:
-    """`accept = {...}`, or a list of such tables: alternatives, the first one a target's
-    signature can give is used for that target."""
-    if value is None:
-        return ()
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        return ()
-    rules = tuple(
-        _accept_rule(v, f"{where}[{i}]" if isinstance(value, list) else where)
-        for i, v in enumerate(items)
-    )
-    if len({(r.kind, r.source if r.kind == "delta" else "") for r in rules}) > 1:
-        msg = (
-            f"{where}: alternatives must share `kind` (and, for delta, the kind of `from`: all "
-            "return or all arg); split them or make them agree"
-        )
-        raise CollectorError(msg)
-    return rules
-
-
-@dataclass(frozen=True)
-class BoundAccept:
-    """An accept rule bound to one target's signature: where to find its source object."""
-
-    rule: AcceptRule
-    position: int = -1  # the argument's index in the positional arguments, -1: keyword only
-    default: Any = None
-    has_default: bool = False
-
-    @property
-    def needs_args(self) -> bool:
-        return self.rule.source == "arg"
-
-    def source(self, result: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
-        rule = self.rule
-        if rule.source == "return":
-            return result
-        name = rule.arg
-        if name in kwargs:
-            return kwargs[name]
-        if 0 <= self.position < len(args):
-            return args[self.position]
-        if self.has_default:
-            return self.default
-        msg = f"argument `{name}` was not passed"
-        raise LookupError(msg)
-
-    def read(self, result: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
-        return evaluate(self.rule.steps, self.source(result, args, kwargs))
-
-
 def bind_site(site: Site, fn: Any) -> Site:
     """`site` with its accept rules bound to `fn`; says once on stderr when a rule (the only
     one its phase gives) names an argument `fn` does not have."""
@@ -374,54 +234,6 @@ def bind_site(site: Site, fn: Any) -> Site:
     return replace(site, bound=bound)
 
 
-def evaluate(steps: tuple[Step, ...], obj: Any) -> Any:
-    """Apply parsed `value` steps to `obj` (attribute or mapping key, index, each, len)."""
-    for i, (kind, arg) in enumerate(steps):
-        if kind == "each":
-            if not isinstance(obj, (list, tuple)):
-                msg = f"`[*]` needs a list or tuple, got {type(obj).__name__}"
-                raise TypeError(msg)
-            rest = steps[i + 1 :]
-            return [evaluate(rest, x) for x in obj]
-        if kind == "attr":
-            obj = obj[arg] if isinstance(obj, dict) else getattr(obj, str(arg))
-        elif kind == "index":
-            obj = obj[arg]
-        else:
-            obj = len(obj)
-    return obj
-
-
-def bind_accept(rules: tuple[AcceptRule, ...], fn: Any) -> BoundAccept | None:
-    """The first rule `fn` can give (a return value always; an argument its signature has)."""
-    import inspect
-
-    if not rules:
-        return None
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    positional = [
-        p.name
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    by_name = {p.name: p for p in params}
-    takes_kwargs = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params)
-    for rule in rules:
-        if rule.source == "return":
-            return BoundAccept(rule)
-        p = by_name.get(str(rule.arg))
-        if p is None and not takes_kwargs:
-            continue
-        pos = positional.index(p.name) if p is not None and p.name in positional else -1
-        default = p.default if p is not None else inspect.Parameter.empty
-        has_default = default is not inspect.Parameter.empty
-        return BoundAccept(rule, pos, default if has_default else None, has_default)
-    return None
-
-
 def _targets(value: object, where: str) -> tuple[Target, ...]:
     if value is None:
         return ()
@@ -434,6 +246,7 @@ def _targets(value: object, where: str) -> tuple[Target, ...]:
 
 
 def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -> PhaseMap:
+    """Check a phase map's text (`source` names it in errors: one line, what to fix)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -450,7 +263,20 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
         raise CollectorError(msg)
     name = str(adapter.get("name") or (path.stem if path else "custom"))
     package = adapter.get("package")
-    raw_phases = data.get("phase", [])
+    phases = _phases(data.get("phase", []), source)
+    return PhaseMap(
+        name=name,
+        phases=phases,
+        cycle=_cycle(data.get("cycle", {}), {ph.name for ph in phases}, source),
+        package=package if isinstance(package, str) else None,
+        path=path,
+        text=text,
+        components=_components(data.get("component", []), source),
+    )
+
+
+def _phases(raw_phases: object, source: str) -> tuple[PhaseSpec, ...]:
+    """The `[[phase]]` tables: each a new name, at least one target, one accept rule form."""
     if not isinstance(raw_phases, list) or not raw_phases:
         msg = f"{source}: no [[phase]] entries; add at least one `[[phase]]` with `name` and `targets`"
         raise CollectorError(msg)
@@ -477,14 +303,18 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
         if not targets:
             msg = f'{where} ({pname}): `targets` is empty; list at least one "module:Qualname"'
             raise CollectorError(msg)
-        accept = _accept_rules(entry.get("accept"), f"{where} ({pname}) key `accept`")
+        accept = accept_rules(entry.get("accept"), f"{where} ({pname}) key `accept`")
         if accept and entry.get("accept_len") is not None:
             msg = f"{where} ({pname}): both `accept_len` and `accept`; keep one"
             raise CollectorError(msg)
         phases.append(
             PhaseSpec(pname, targets, _accept(entry.get("accept_len"), where), accept=accept)
         )
-    raw_cycle = data.get("cycle", {})
+    return tuple(phases)
+
+
+def _cycle(raw_cycle: object, seen: set[str], source: str) -> CycleSpec:
+    """The `[cycle]` table, checked against the map's phase names `seen`."""
     if not isinstance(raw_cycle, dict):
         msg = f"{source}: [cycle] must be a table"
         raise CollectorError(msg)
@@ -503,7 +333,7 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
         starts_with=starts_with,
         accept_len=_accept(raw_cycle.get("accept_len"), f"{source}: [cycle]"),
         require=require,
-        accept=_accept_rules(raw_cycle.get("accept"), f"{source}: [cycle] key `accept`"),
+        accept=accept_rules(raw_cycle.get("accept"), f"{source}: [cycle] key `accept`"),
     )
     if cycle.accept and not cycle.targets:
         msg = (
@@ -517,15 +347,7 @@ def parse(text: str, *, source: str = "<phase map>", path: Path | None = None) -
     # DESIGN: failing a cycle function, a cycle starts at each top-level draft phase.
     if not cycle.targets and not cycle.starts_with and "draft" in seen:
         cycle = CycleSpec(starts_with="draft", accept_len=cycle.accept_len, accept=cycle.accept)
-    return PhaseMap(
-        name=name,
-        phases=tuple(phases),
-        cycle=cycle,
-        package=package if isinstance(package, str) else None,
-        path=path,
-        text=text,
-        components=_components(data.get("component", []), source),
-    )
+    return cycle
 
 
 _COMPONENT_VALUE_RE = re.compile(
@@ -556,40 +378,3 @@ def _components(raw: object, source: str) -> tuple[ComponentSpec, ...]:
             raise CollectorError(msg)
         out.append(ComponentSpec(name, Target.parse(entry["at"], source=where), value))
     return tuple(out)
-
-
-def read_attr_path(value: object, path: str) -> object:
-    """Follow `a.b.0.c` on `value` (names: attributes or mapping keys; digits: indexes)."""
-    for part in path.split("."):
-        if part.isdigit():
-            value = value[int(part)]  # type: ignore[index]
-        elif isinstance(value, dict):
-            value = value[part]
-        else:
-            value = getattr(value, part)
-    return value
-
-
-def all_builtin() -> dict[str, PhaseMap]:
-    return {n: load_builtin(n) for n in builtin_names()}
-
-
-__all__ = [
-    "AcceptRule",
-    "BoundAccept",
-    "ComponentSpec",
-    "CycleSpec",
-    "PhaseMap",
-    "PhaseSpec",
-    "Site",
-    "Target",
-    "bind_accept",
-    "bind_site",
-    "builtin_names",
-    "builtin_path",
-    "load",
-    "load_builtin",
-    "parse",
-    "parse_value",
-    "read_attr_path",
-]

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import CollectorError
-
-KINETO_FILE = "kineto.json.gz"
+from tracekit.store.raw.files import KINETO_FILE
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from tracekit.collectors import phasemap
 from tracekit.collectors.importhook import PostImportHook
-from tracekit.collectors.recorder import EXIT_DEADLINE_S, Recorder, RecorderConfig
+from tracekit.collectors.recorder import EXIT_DEADLINE_S, Mode, Recorder, RecorderConfig
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import install, resolve_owner
@@ -64,7 +64,7 @@ class Runtime:
             except Exception as exc:
                 rec.unresolved[name] = f"{type(exc).__name__}: {exc}"
         try:
-            if rec._fd is None and rec.active:
+            if not rec.opened and rec.active:
                 rec.flush()  # opens the record file now, at import time, not inside a cycle
         except Exception as exc:
             rec.fail("open", exc)
@@ -179,7 +179,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     raw = Path(run_dir) / "raw"
     phases_path = os.environ.get(ENV_PHASES) or str(raw / "phasemap.toml")
     pmap = phasemap.load(phases_path)
-    mode = os.environ.get(ENV_MODE, "light")
+    mode: Mode = "full" if os.environ.get(ENV_MODE, "light") == "full" else "light"
     config = RecorderConfig(
         raw_dir=raw,
         flush_records=_int_env(ENV_FLUSH_RECORDS, 1000),

@@ -1,6 +1,7 @@
 """Rotation and retention of a process's record stream (`tracekit launch --keep/--keep-hours`).
 
-Runs inside the server, so it imports only the standard library. A process's records are a
+Runs inside the server, so it imports only the standard library and the raw format
+(tracekit/store/raw/files.py names the segments and lists them). A process's records are a
 sequence of segments in `raw/pid-<pid>/`: `records.arrow` (segment 0, the only one of a short
 run), then `records.1.arrow`, `records.2.arrow`, ... Each segment is a complete Arrow IPC
 stream (schema, batches, the end-of-stream marker once closed); only the last one grows.
@@ -16,38 +17,18 @@ says what is missing and the live metrics count it as lost.
 
 from __future__ import annotations
 
-import os
-import re
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SEGMENT_RE = re.compile(r"^records(?:\.(\d+))?\.arrow$")
+from tracekit.store.raw.files import segment_name
+
 DEFAULT_SEGMENT_BYTES = 256 << 20  # without --keep: segments this big, none deleted
 MIN_SEGMENT_BYTES = 64 << 10
 SEGMENTS_PER_KEEP = 8  # --keep 2GB: 256 MB segments, deleted one at a time
 SEGMENTS_PER_KEEP_AGE = 24  # --keep-hours 24: a segment an hour
 MIN_SEGMENT_SECONDS = 1.0
-
-
-def segment_name(index: int) -> str:
-    return "records.arrow" if index == 0 else f"records.{index}.arrow"
-
-
-def list_segments(pid_dir: Path) -> list[tuple[int, Path]]:
-    """(index, path) of the record segments in a process directory, oldest first."""
-    out: list[tuple[int, Path]] = []
-    try:
-        names = os.listdir(pid_dir)
-    except OSError:
-        return out
-    for name in names:
-        m = SEGMENT_RE.match(name)
-        if m:
-            out.append((int(m.group(1) or 0), pid_dir / name))
-    out.sort()
-    return out
 
 
 @dataclass(frozen=True)

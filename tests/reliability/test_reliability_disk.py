@@ -27,11 +27,13 @@ from tests.reliability._programs import (
     tracekit_lines,
     write_server,
 )
-from tracekit.collectors import recorder as recorder_mod
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import read_stream
+from tracekit.store.raw import ipc as raw_ipc
+from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import decode
 from tracekit.store.reader import read_table
 
 
@@ -115,7 +117,7 @@ def test_disk_full_during_a_run(small_disk: Path, tmp_path: Path) -> None:
 
 
 class _FullDisk:
-    """`os` as the recorder sees it, with `write` failing (ENOSPC) after `ok` writes."""
+    """`os` as the recorder's stream writer sees it, with `write` failing (ENOSPC) after `ok` writes."""
 
     def __init__(self, ok: int) -> None:
         self.ok = ok
@@ -136,7 +138,7 @@ def test_injected_write_error_at_the_recorder(
 ) -> None:
     # GIVEN a recorder flushing every 10 records whose 4th write fails (schema + 2 batches ok)
     fake = _FullDisk(ok=3)
-    monkeypatch.setattr(recorder_mod, "os", fake)
+    monkeypatch.setattr(raw_ipc, "os", fake)  # the stream writer the recorder uses
     rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=10, flush_seconds=60))
 
     def step(i: int) -> int:

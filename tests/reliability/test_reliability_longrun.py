@@ -15,11 +15,14 @@ from pathlib import Path
 
 from tests.reliability.test_reliability_disk import read_sites
 from tests.reliability.test_reliability_nvml import Nvml
-from tracekit.collectors.nvml import COUNTERS_FILE, NvmlSampler
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import read_stream
+from tracekit.launch.nvml import NvmlSampler
+from tracekit.store.raw.files import RECORDS_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.nvml import COUNTERS_FILE
+from tracekit.store.raw.records import decode
 
 WARMUP = 2_000
 CYCLES = 20_000

@@ -24,8 +24,9 @@ from click.testing import CliRunner
 
 from tests.reliability._programs import launch_cmd, run, server_cmd, write_server
 from tracekit.cli import cli
-from tracekit.collectors.launcher import LaunchOptions, launch
-from tracekit.collectors.recorder import PROCESS_FILE, RECORDS_FILE, SITES_FILE
+from tracekit.launch.launcher import launch
+from tracekit.launch.options import LaunchOptions
+from tracekit.store.raw.files import PROCESS_FILE, RECORDS_FILE, SITES_FILE
 from tracekit.store.reader import read_table
 
 CYCLES = 20
@@ -209,21 +210,28 @@ def test_damaged_side_files_are_ignored_or_reported(good: Path, tmp_path: Path) 
     (nvml / "gpus.json").write_text('{"gpus": 3}')
     # WHEN it is merged
     code, output, exc = _merge(run_dir)
-    # THEN both ranks merge; the NVML file is named once
+    # THEN both ranks merge; run.json (it holds the cycle rule) and the NVML file are named once
     assert code == 0, output
     assert exc is None, output
     warnings = [ln for ln in output.splitlines() if ln.startswith("tracekit: warning:")]
-    assert len(warnings) == 1, warnings
-    assert "counters.arrow" in warnings[0]
-    assert "not tracekit NVML samples" in warnings[0]
+    assert len(warnings) == 2, warnings
+    assert f"{run_dir / 'run.json'}: not readable JSON" in warnings[0]
+    assert "cycle rule is unknown" in warnings[0]
+    assert "counters.arrow" in warnings[1]
+    assert "not tracekit NVML samples" in warnings[1]
     assert "Merged 2 rank(s)" in output
     assert read_table(run_dir, "cycles").height == 2 * CYCLES
 
 
-def test_unusable_phase_map_is_one_line_exit_2(good: Path, tmp_path: Path) -> None:
+def test_unusable_cycle_rule_is_one_line_exit_2(good: Path, tmp_path: Path) -> None:
+    # GIVEN a run whose run.json holds a cycle rule merge cannot use (merge reads the rule the
+    # launcher wrote there, never raw/phasemap.toml again)
     run_dir = tmp_path / "run"
     shutil.copytree(good, run_dir)
-    (run_dir / "raw" / "phasemap.toml").write_text("[[[")
+    (run_dir / "raw" / "phasemap.toml").write_text("[[[")  # not read
+    run = json.loads((run_dir / "run.json").read_text())
+    run["cycle_rule"]["require"] = ["draft"]
+    (run_dir / "run.json").write_text(json.dumps(run))
     res = subprocess.run(
         [sys.executable, "-m", "tracekit", "merge", str(run_dir)],
         capture_output=True,
@@ -234,8 +242,8 @@ def test_unusable_phase_map_is_one_line_exit_2(good: Path, tmp_path: Path) -> No
     assert "Traceback" not in res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith("tracekit: error:")
-    assert "phasemap.toml" in line
-    assert "not valid TOML" in line
+    assert f"{run_dir / 'run.json'}: `cycle_rule.require` is ['draft']" in line
+    assert "launch the run again" in line
 
 
 def test_a_merge_failure_never_changes_the_commands_exit_code(

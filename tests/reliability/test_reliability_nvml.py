@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from tracekit.collectors import nvml as nvml_mod
-from tracekit.collectors.nvml import COUNTERS_FILE, NvmlSampler
-from tracekit.store.merge import read_stream
+from tracekit.launch.nvml import NvmlSampler
+from tracekit.store.raw import ipc as raw_ipc
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.nvml import COUNTERS_FILE
 
 
 class Nvml:
@@ -117,7 +118,7 @@ def test_nvml_disk_full_stops_sampling_once_without_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN the sampler's third write (schema, batch, batch) failing with ENOSPC
-    monkeypatch.setattr(nvml_mod, "os", _FullDisk(ok=2))
+    monkeypatch.setattr(raw_ipc, "os", _FullDisk(ok=2))
     said: list[str] = []
     s = NvmlSampler(tmp_path / "nvml", hz=200, flush_seconds=0.01, nvml=Nvml())
     # WHEN it samples in its thread for a while, then the launcher stops it

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.reliability._programs import clean_env, launch_cmd, run, server_cmd, write_server
-from tracekit.collectors.launcher import BOOTSTRAP_DIR
 from tracekit.collectors.redact import REDACTED, redact_argv, redact_value
+from tracekit.launch.env import BOOTSTRAP_DIR
 from tracekit.store.reader import read_table
 
 REPO = Path(__file__).resolve().parents[2]

@@ -139,8 +139,9 @@ def command(
 
     from tracekit.collectors import phasemap
     from tracekit.collectors import runtime as rt
-    from tracekit.collectors.launcher import LaunchOptions, launch
     from tracekit.errors import CollectorError
+    from tracekit.launch.launcher import launch
+    from tracekit.launch.options import LaunchOptions
     from tracekit.live.sizes import parse_size
 
     if adapter and phases_file:

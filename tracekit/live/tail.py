@@ -1,7 +1,7 @@
 """Follow a run's raw records as the processes flush them (`tracekit top`, `--metrics-port`).
 
 Every process appends Arrow IPC record batches to its current segment
-(`raw/pid-<pid>/records[.N].arrow`, collectors/segments.py), one `os.write` a batch. The tail
+(`raw/pid-<pid>/records[.N].arrow`, tracekit/store/raw/files.py), one `os.write` a batch. The tail
 keeps a byte offset per segment and reads only what was appended since its last poll, one IPC
 message at a time: a batch still being written (or cut by a crash) is left for the next poll.
 A closed segment ends with the end-of-stream marker; then the tail goes on with the next one.
@@ -21,10 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracekit.collectors.recorder import PROCESS_FILE, SITES_FILE
-from tracekit.collectors.segments import list_segments
+from tracekit.store.raw.files import PROCESS_FILE, SITES_FILE, list_segments
+from tracekit.store.raw.schema import EOS as _EOS
 
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 READ_CHUNK = 64 << 20  # at most this much of a segment a poll
 
 

@@ -1,7 +1,8 @@
 """`tracekit merge`: raw per-process collector output -> the Parquet store.
 
 Reads `RUN_DIR/raw/pid-*/` (records.arrow, process.json, manifest.json, kineto.json.gz) and
-`raw/nvml/`, resolves each process to its rank, and writes the `phases`, `cycles`, `manifests`
+`raw/nvml/` through tracekit/store/raw/, the phase map's cycle rule from run.json
+(`cycle_rule`, written by the launcher), resolves each process to its rank, and writes the `phases`, `cycles`, `manifests`
 and `counters` tables, plus `events` by ingesting full mode's Kineto traces. Missing and partial
 ranks are reported (warnings) and the rest is merged. Re-running merge rewrites these tables.
 
@@ -12,7 +13,6 @@ membership of the `phases` rows: tracekit/store/numbering.py (rules in store/pla
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,35 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
 from tracekit.store.numbering import phases_and_cycles
+from tracekit.store.raw.files import PROCESS_FILE, read_json
+from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
+from tracekit.store.raw.processes import ProcessData, read_processes
+from tracekit.store.raw.run import read_cycle_rule
 from tracekit.store.writer import write_partition
 
 MERGED_TABLES = ("phases", "cycles", "counters")
 COLLECTOR_MANIFEST_PART = 0
-
-
-@dataclass
-class ProcessData:
-    pid: int
-    dir: Path
-    info: dict[str, Any]
-    manifest: dict[str, dict[str, str]]
-    records: list[dict[str, Any]]
-    complete: bool  # record stream ended with its end-of-stream marker
-    read_error: str | None = None
-    damaged: str | None = None  # why none of its records could be read, naming the file
-    rank: int | None = None
-    rank_source: str = ""
-    kineto: Path | None = None
-    segments: int = 0  # record segments read (collectors/segments.py)
-
-    @property
-    def n_records(self) -> int:
-        return len(self.records)
 
 
 @dataclass
@@ -64,51 +47,8 @@ class MergeResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_stream(path: Path) -> tuple[pa.Table | None, bool, str | None]:
-    """Every complete batch of an Arrow IPC stream; (table, ended cleanly, error)."""
-    from tracekit.collectors.recorder import raw_schema
-
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return None, False, str(exc)
-    if not data:
-        return None, False, "empty file"
-    batches = []
-    err = None
-    complete = False
-    try:
-        reader = pa.ipc.open_stream(pa.BufferReader(data))
-        schema = reader.schema
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                complete = data.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
-                break
-    except (pa.ArrowInvalid, OSError) as exc:
-        err = str(exc)
-        schema = batches[0].schema if batches else None
-    if schema is None:
-        schema = raw_schema()
-    return pa.Table.from_batches(batches, schema=schema), complete, err
-
-
 def _load_json(path: Path) -> dict[str, Any]:
-    return _read_json(path)[0]
-
-
-def _read_json(path: Path) -> tuple[dict[str, Any], str | None]:
-    """A JSON object from `path`, or ({}, why not) (None when the file does not exist)."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}, None
-    except (OSError, ValueError) as exc:
-        return {}, f"not readable JSON ({str(exc).splitlines()[0][:80]})"
-    if not isinstance(data, dict):
-        return {}, f"a JSON {type(data).__name__}, not an object"
-    return data, None
+    return read_json(path)[0]
 
 
 def _as_int(value: Any, low: int = 0, high: int = 2**31) -> int | None:
@@ -120,132 +60,12 @@ def _as_int(value: Any, low: int = 0, high: int = 2**31) -> int | None:
     return value if low <= value < high else None
 
 
-_SITE_KINDS = ("phase", "cycle")
-_RECORD_KEYS = ("kind", "cycle", "depth", "start_ns", "end_ns", "seq")
-
-
-def _valid_sites(data: dict[str, Any]) -> list[dict[str, Any]] | None:
-    sites = data.get("sites")
-    if not isinstance(sites, list):
-        return None
-    for site in sites:
-        if not (
-            isinstance(site, dict)
-            and type(site.get("code")) is int
-            and site.get("kind") in _SITE_KINDS
-            and isinstance(site.get("phase"), str)
-            and isinstance(site.get("target", ""), str)
-        ):
-            return None
-    return sites
-
-
-def _read_records(d: Path, table: pa.Table) -> tuple[list[dict[str, Any]], str | None]:
-    """Decoded records of one process, or ([], why they cannot be used)."""
-    from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, decode, raw_schema
-
-    if "code" in table.column_names:
-        try:
-            table = table.select(raw_schema().names).cast(raw_schema())
-        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            names = ", ".join(table.column_names)[:120]
-            return [], f"{d / RECORDS_FILE}: not a tracekit record stream (columns {names})"
-        data, why = _read_json(d / SITES_FILE)
-        sites = _valid_sites(data)
-        if sites is None:
-            why = why or ("missing" if not data else "not a tracekit site table")
-            return [], f"{d / SITES_FILE}: {why}, so its records cannot be named"
-    elif not set(_RECORD_KEYS) <= set(table.column_names):
-        names = ", ".join(table.column_names)[:120]
-        return [], f"{d / RECORDS_FILE}: not a tracekit record stream (columns {names})"
-    else:
-        sites = []
-    keep = None
-    for key in ("cycle", "depth", "start_ns", "end_ns", "seq"):
-        valid = pc.is_valid(table.column(key))
-        keep = valid if keep is None else pc.and_(keep, valid)
-    if keep is not None:
-        table = table.filter(keep)
-    return decode(table, sites), None
-
-
-def _read_segments(
-    segments: list[tuple[int, Path]],
-) -> tuple[pa.Table | None, bool, str | None, Path | None]:
-    """The records of a process's segments, oldest first: (table, the last one ended cleanly,
-    the first error with its file, the file named in it). A damaged segment keeps its complete
-    batches and the others are read too."""
-    tables: list[pa.Table] = []
-    complete, err, where = False, None, None
-    for _index, path in segments:
-        table, complete, seg_err = read_stream(path)
-        if seg_err and err is None:
-            err, where = seg_err, path
-        if table is not None and table.num_rows:
-            tables.append(table)
-    if not tables:
-        return None, complete, err, where
-    if len(tables) == 1:
-        return tables[0], complete, err, where
-    try:
-        return pa.concat_tables(tables), complete, err, where
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        return tables[-1], complete, err or str(exc), where or segments[-1][1]
-
-
-def read_processes(raw: Path) -> list[ProcessData]:
-    from tracekit.collectors.profiler import KINETO_FILE
-    from tracekit.collectors.recorder import MANIFEST_FILE, PROCESS_FILE
-    from tracekit.collectors.segments import list_segments
-
-    out = []
-    for d in sorted(raw.glob("pid-*"), key=lambda p: p.name):
-        try:
-            pid = int(d.name[4:])
-        except ValueError:
-            continue
-        info, info_error = _read_json(d / PROCESS_FILE)
-        manifest = _load_json(d / MANIFEST_FILE)
-        records: list[dict[str, Any]] = []
-        complete, err, damaged = False, None, None
-        segments = list_segments(d)
-        table, complete, err, rec_path = _read_segments(segments)
-        if table is not None and table.num_rows:
-            records, damaged = _read_records(d, table)
-        elif err:
-            damaged = f"{rec_path}: {err}"
-        kineto = d / KINETO_FILE
-        proc = ProcessData(
-            pid=pid,
-            dir=d,
-            info=info,
-            manifest={
-                str(k): {str(kk): vv for kk, vv in v.items()}
-                for k, v in manifest.items()
-                if isinstance(v, dict)
-            },
-            records=records,
-            complete=complete,
-            read_error=err,
-            damaged=damaged,
-            kineto=kineto if kineto.exists() else None,
-            segments=len(segments),
-        )
-        if info_error:
-            proc.damaged = proc.damaged or f"{d / PROCESS_FILE}: {info_error}"
-            proc.info = {}
-        out.append(proc)
-    return out
-
-
 def _rank_info(p: ProcessData) -> dict[str, Any]:
     ri = p.info.get("rank_info")
     return ri if isinstance(ri, dict) else {}
 
 
 def _assign_ranks(procs: list[ProcessData], warnings: list[str]) -> None:
-    from tracekit.collectors.recorder import PROCESS_FILE
-
     bad: dict[int, str] = {}
     for p in procs:
         ri = _rank_info(p)
@@ -301,26 +121,14 @@ def _manifest_rows(p: ProcessData, run: dict[str, Any]) -> Iterator[tuple[str, s
 
 
 def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[int, pa.Table]:
-    from tracekit.collectors.nvml import COUNTERS_FILE, GPUS_FILE
-    from tracekit.collectors.nvml import _schema as _nvml_schema
-
-    path = raw / "nvml" / COUNTERS_FILE
+    path = raw / NVML_DIR / COUNTERS_FILE
     if not path.exists():
         return {}
-    table, _complete, err = read_stream(path)
-    if err:
-        warnings.append(
-            f"{path}: damaged after its last complete batch ({err}); kept what was readable"
-        )
-    if table is None or table.num_rows == 0:
+    table, read_warnings = read_samples(path)
+    warnings.extend(read_warnings)
+    if table is None:
         return {}
-    try:
-        table = table.select(_nvml_schema().names).cast(_nvml_schema())
-    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        warnings.append(f"{path}: not tracekit NVML samples; no GPU counters merged")
-        return {}
-    table = table.filter(pc.is_valid(table.column("gpu")))
-    gpus = _load_json(raw / "nvml" / GPUS_FILE).get("gpus", [])
+    gpus = _load_json(raw / NVML_DIR / GPUS_FILE).get("gpus", [])
     uuid_to_index = {
         str(g["uuid"]): g["index"]
         for g in (gpus if isinstance(gpus, list) else [])
@@ -413,28 +221,13 @@ def merge(run_dir: Path | str) -> MergeResult:
     if not layout.raw.is_dir():
         msg = f"{run_dir}: no `raw/` directory, so nothing to merge; pass the directory `tracekit launch` printed"
         raise InputError(msg)
-    run = _load_json(layout.manifest)
+    run, run_why = read_json(layout.manifest)
     result = MergeResult(run_dir=run_dir)
     warnings = result.warnings
-    from tracekit.collectors import phasemap as pm
-
-    cycle_cfg: dict[str, Any] = {}
-    pmap_path = layout.raw / "phasemap.toml"
-    if pmap_path.exists():
-        pmap = pm.load(pmap_path)
-        cycle_cfg = {
-            "require": pmap.cycle.require,
-            "starts_with": pmap.cycle.starts_with,
-            # accept rules of kind "delta": lengths recorded, tokens computed here
-            "delta_phases": {
-                ph.name: ph.accept[0].source
-                for ph in pmap.phases
-                if ph.accept and ph.accept[0].kind == "delta"
-            },
-            "cycle_delta": pmap.cycle.accept[0].source
-            if pmap.cycle.accept and pmap.cycle.accept[0].kind == "delta"
-            else None,
-        }
+    rule, rule_warning = read_cycle_rule(run, layout.manifest, run_why)
+    if rule_warning:
+        warnings.append(rule_warning)
+    cycle_cfg: dict[str, Any] = dict(rule) if rule is not None else {}
 
     procs = read_processes(layout.raw)
     _assign_ranks(procs, warnings)

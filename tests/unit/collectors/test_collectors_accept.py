@@ -8,27 +8,30 @@ from typing import Any
 
 import pytest
 
+from tracekit.collectors import accept as acc
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.errors import CollectorError
-from tracekit.store.merge import read_stream
 from tracekit.store.numbering import phases_and_cycles
+from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import decode
 
 HEAD = "[[phase]]\nname = 'draft'\ntargets = ['m:f']\n"
 
 
 def test_parse_value_grammar() -> None:
-    assert pm.parse_value("shape[-1]", "w") == (("attr", "shape"), ("index", -1))
-    assert pm.parse_value("out.tokens[0]", "w") == (
+    assert acc.parse_value("shape[-1]", "w") == (("attr", "shape"), ("index", -1))
+    assert acc.parse_value("out.tokens[0]", "w") == (
         ("attr", "out"),
         ("attr", "tokens"),
         ("index", 0),
     )
-    assert pm.parse_value("len(ids[*])", "w") == (("attr", "ids"), ("each", None), ("len", None))
-    assert pm.parse_value("", "w") == ()
-    assert pm.parse_value("len()", "w") == (("len", None),)
+    assert acc.parse_value("len(ids[*])", "w") == (("attr", "ids"), ("each", None), ("len", None))
+    assert acc.parse_value("", "w") == ()
+    assert acc.parse_value("len()", "w") == (("len", None),)
 
 
 @pytest.mark.parametrize(
@@ -69,7 +72,7 @@ def test_rule_binds_named_argument_by_position_and_default() -> None:
 
     def f(self: object, ids: list[int], extra: int = 0) -> None: ...
 
-    b = pm.bind_accept(rules, f)
+    b = acc.bind_accept(rules, f)
     assert b is not None
     assert b.rule.arg == "ids"
     assert b.position == 1
@@ -78,7 +81,7 @@ def test_rule_binds_named_argument_by_position_and_default() -> None:
 
     def g(x: int) -> None: ...
 
-    assert pm.bind_accept(rules, g) is None
+    assert acc.bind_accept(rules, g) is None
 
 
 def test_evaluate_each_len_and_dict_keys() -> None:
@@ -86,10 +89,10 @@ def test_evaluate_each_len_and_dict_keys() -> None:
         def __init__(self) -> None:
             self.sampled = [[1, 2], [3], [4, 5, 6]]
 
-    assert pm.evaluate(pm.parse_value("len(sampled[*])", "w"), Out()) == [2, 1, 3]
-    assert pm.evaluate(pm.parse_value("a.b[1]", "w"), {"a": {"b": [7, 8]}}) == 8
+    assert acc.evaluate(acc.parse_value("len(sampled[*])", "w"), Out()) == [2, 1, 3]
+    assert acc.evaluate(acc.parse_value("a.b[1]", "w"), {"a": {"b": [7, 8]}}) == 8
     with pytest.raises(TypeError, match=r"`\[\*\]` needs a list"):
-        pm.evaluate(pm.parse_value("[*]", "w"), 3)
+        acc.evaluate(acc.parse_value("[*]", "w"), 3)
 
 
 def _records(rec: Recorder) -> list[dict[str, Any]]:
@@ -254,7 +257,7 @@ def test_builtin_vllm_map_reads_the_rejection_samplers_parsed_output() -> None:
         logprobs_tensors: object = None,
     ) -> tuple[list[list[int]], object]: ...  # fmt: skip
 
-    bound = pm.bind_accept(accept.accept, parse_output)
+    bound = acc.bind_accept(accept.accept, parse_output)
     assert bound is not None
     assert bound.read(([[5, 6, 7], [8]], None), (), {}) == [3, 1]
     # the other phases read nothing (no rule to switch off, no message)

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tracekit.collectors.launcher import BOOTSTRAP_DIR
 from tracekit.collectors.phasemap import builtin_path
+from tracekit.launch.env import BOOTSTRAP_DIR
 
 PROBE = (
     "import sys, json; "

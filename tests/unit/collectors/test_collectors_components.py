@@ -175,7 +175,7 @@ def test_inherited_target_is_reported_via_its_base(tmp_path: Path) -> None:
             self.patched: list[str] = []
             self.unresolved: dict[str, str] = {}
             self.process_info: dict[str, Any] = {}
-            self._fd = 0
+            self.opened = True
             self.active = False
 
     rec = Rec()

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from tracekit.collectors import recorder as recorder_mod
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
+from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.recording import gpu as gpu_events
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import read_stream
+from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import decode
 
 
 class FakeCuda:
@@ -106,7 +108,7 @@ def _rows(rec: Recorder) -> list[dict[str, Any]]:
 def _per_cycle_events(
     tmp_path: Path, cycles: int, gap_ns: int, monkeypatch: pytest.MonkeyPatch, **kw: Any
 ) -> tuple[FakeCuda, Recorder]:
-    monkeypatch.setattr(recorder_mod, "SHARE_GAP_NS", gap_ns)
+    monkeypatch.setattr(gpu_events, "SHARE_GAP_NS", gap_ns)
     cuda = FakeCuda()
     rec = _recorder(tmp_path, cuda, flush_records=5, **kw)
     step = _spec_program(rec)
@@ -194,7 +196,7 @@ def test_shared_event_is_not_reused_while_held(
 ) -> None:
     # GIVEN a flush (which resolves events and returns them to the pool) inside verify, while
     # draft's end event is still verify's start
-    monkeypatch.setattr(recorder_mod, "SHARE_GAP_NS", 10**9)
+    monkeypatch.setattr(gpu_events, "SHARE_GAP_NS", 10**9)
     cuda = FakeCuda()
     rec = _recorder(tmp_path, cuda, flush_records=1)
 
@@ -219,7 +221,7 @@ def test_inlined_and_generic_paths_record_the_same_events(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN the same program through the inlined path and through plain enter/exit hooks
-    monkeypatch.setattr(recorder_mod, "SHARE_GAP_NS", 10**9)
+    monkeypatch.setattr(gpu_events, "SHARE_GAP_NS", 10**9)
 
     class Plain:
         def __init__(self, rec: Recorder) -> None:

@@ -15,17 +15,19 @@ import pytest
 
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.profiler import CycleCounter, CycleWindow, ProfileWindow
-from tracekit.collectors.recorder import PROCESS_FILE, RECORDS_FILE, Recorder, RecorderConfig
+from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import _read_records, read_stream
 from tracekit.store.numbering import phases_and_cycles
+from tracekit.store.raw.files import PROCESS_FILE, RECORDS_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import read_records
 
 
 def _disk(rec: Recorder) -> list[dict[str, Any]]:
     table, _complete, err = read_stream(rec.dir / RECORDS_FILE)
     assert err is None
     assert table is not None
-    rows, why = _read_records(rec.dir, table)
+    rows, why = read_records(rec.dir, table)
     assert why is None
     return rows
 
@@ -223,7 +225,8 @@ def test_tracekit_disable_is_passed_to_the_child(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tracekit.collectors import phasemap as pm
-    from tracekit.collectors.launcher import LaunchOptions, build_env
+    from tracekit.launch.env import build_env
+    from tracekit.launch.options import LaunchOptions
 
     monkeypatch.setenv("TRACEKIT_DISABLE", "1")
     pmap = pm.load(pm.builtin_path("demo"))

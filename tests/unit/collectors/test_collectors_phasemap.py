@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.collectors import phasemap as pm
+from tracekit.collectors.accept import read_attr_path
 from tracekit.errors import CollectorError
 
 MAP = """
@@ -140,7 +141,7 @@ def test_read_attr_path() -> None:
         accept_len = 3
         items = ({"k": 5},)
 
-    assert pm.read_attr_path(Out(), "accept_len") == 3
-    assert pm.read_attr_path(Out(), "items.0.k") == 5
+    assert read_attr_path(Out(), "accept_len") == 3
+    assert read_attr_path(Out(), "items.0.k") == 5
     with pytest.raises(AttributeError):
-        pm.read_attr_path(Out(), "missing")
+        read_attr_path(Out(), "missing")

@@ -8,16 +8,12 @@ from typing import Any
 import pytest
 
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import (
-    RECORDS_FILE,
-    SITES_FILE,
-    Recorder,
-    RecorderConfig,
-    _as_accept_len,
-    decode,
-)
+from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.recording.hotpath import as_accept_len
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import read_stream
+from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.records import decode
 
 
 class Out:
@@ -179,19 +175,19 @@ def test_forked_child_writes_its_own_stream(tmp_path: Path) -> None:
 
 
 def test_accept_len_conversions() -> None:
-    assert _as_accept_len(3) == 3.0
-    assert _as_accept_len(2.5) == 2.5
-    assert _as_accept_len([1, 2, 3]) == 2.0
-    assert _as_accept_len(True) is None
-    assert _as_accept_len("3") is None
-    assert _as_accept_len(None) is None
+    assert as_accept_len(3) == 3.0
+    assert as_accept_len(2.5) == 2.5
+    assert as_accept_len([1, 2, 3]) == 2.0
+    assert as_accept_len(True) is None
+    assert as_accept_len("3") is None
+    assert as_accept_len(None) is None
 
 
 @pytest.mark.torch
 def test_accept_len_from_cpu_tensor() -> None:
     torch = pytest.importorskip("torch")
-    assert _as_accept_len(torch.tensor(4)) == 4.0
-    assert _as_accept_len(torch.tensor([1, 3])) == 2.0
+    assert as_accept_len(torch.tensor(4)) == 4.0
+    assert as_accept_len(torch.tensor([1, 3])) == 2.0
 
 
 @pytest.mark.torch
@@ -418,10 +414,10 @@ def test_inlined_phase_path_records_what_enter_exit_record(tmp_path: Path) -> No
 
 
 def test_compiling_check_follows_torch_is_compiling() -> None:
-    from tracekit.collectors.recorder import _compiling_check
+    from tracekit.collectors.recording.state import compiling_check
 
     torch = pytest.importorskip("torch")
-    check = _compiling_check(torch.compiler)
+    check = compiling_check(torch.compiler)
     assert check() is False
     assert check() == torch.compiler.is_compiling()
     old = torch.compiler._is_compiling_flag
@@ -435,4 +431,4 @@ def test_compiling_check_follows_torch_is_compiling() -> None:
     from types import SimpleNamespace
 
     old_api = SimpleNamespace(is_compiling=lambda: False)
-    assert _compiling_check(old_api) is old_api.is_compiling
+    assert compiling_check(old_api) is old_api.is_compiling

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from tracekit.collectors.phasemap import Site, Target
-from tracekit.collectors.recorder import PROCESS_FILE, Recorder, RecorderConfig
-from tracekit.collectors.segments import RetentionPolicy, list_segments, segment_name
+from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import read_stream
+from tracekit.store.raw.files import PROCESS_FILE, list_segments, segment_name
+from tracekit.store.raw.ipc import read_stream
 
 
 class Out:

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from tracekit.cli import cli
-from tracekit.collectors.recorder import raw_schema
 from tracekit.live.feed import LiveFeed
 from tracekit.live.model import Instance
 from tracekit.live.snapshot import TopState, quantile
 from tracekit.live.tail import ProcessTail
+from tracekit.store.raw.schema import raw_schema
 
 SITES = [
     {"code": 0, "kind": "phase", "phase": "draft", "target": "m:draft"},

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from tracekit.cli import cli
 from tracekit.collectors import phasemap
 from tracekit.collectors import runtime as rt
-from tracekit.collectors.launcher import LaunchOptions, build_env
 from tracekit.errors import InputError
+from tracekit.launch.env import build_env
+from tracekit.launch.options import LaunchOptions
 from tracekit.live.sizes import parse_size
 
 

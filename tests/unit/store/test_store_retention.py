@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from tracekit.collectors import phasemap as pm
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
-from tracekit.collectors.segments import RetentionPolicy, list_segments
+from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import make_wrapper
+from tracekit.launch.runjson import cycle_rule
 from tracekit.store.merge import merge
+from tracekit.store.raw.files import list_segments
+from tracekit.store.raw.run import CYCLE_RULE_KEY
 from tracekit.store.reader import read_table
 
 MAP = """
@@ -54,6 +59,8 @@ def test_merge_reads_segments_and_names_what_was_dropped_17(
     raw = tmp_path / "run" / "raw"
     raw.mkdir(parents=True)
     (raw / "phasemap.toml").write_text(MAP)
+    rule = {CYCLE_RULE_KEY: cycle_rule(pm.parse(MAP))}  # as `tracekit launch` writes it
+    (raw.parent / "run.json").write_text(json.dumps(rule))
     r0 = _rank(raw, 0, 1000, RetentionPolicy.from_keep(30_000, segment_bytes=8_000), 3000)
     r1 = _rank(raw, 1, 1001, RetentionPolicy(segment_bytes=8_000), 3000)
     kept0 = list_segments(r0.dir)

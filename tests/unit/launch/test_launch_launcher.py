@@ -13,17 +13,11 @@ import pytest
 
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors import runtime as rt
-from tracekit.collectors.launcher import (
-    BOOTSTRAP_DIR,
-    LaunchOptions,
-    ProcessWatcher,
-    _python_flags_warning,
-    _slug,
-    build_env,
-    check_targets,
-    create_run_dir,
-    default_name,
-)
+from tracekit.launch.env import BOOTSTRAP_DIR, build_env
+from tracekit.launch.options import LaunchOptions
+from tracekit.launch.preflight import check_targets, python_flags_warning
+from tracekit.launch.rundir import _slug, create_run_dir, default_name
+from tracekit.launch.supervise import ProcessWatcher
 
 
 def test_two_launches_never_share_a_run_directory(tmp_path: Path) -> None:
@@ -70,7 +64,7 @@ def test_slug(text: str, slug: str) -> None:
     ],
 )
 def test_python_flags_warning(command: list[str], flag: str | None) -> None:
-    warning = _python_flags_warning(command)
+    warning = python_flags_warning(command)
     if flag is None:
         assert warning is None
     else:

@@ -8,9 +8,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from tracekit.collectors.recorder import RAW_COLUMNS, raw_schema
+from tracekit.collectors import phasemap as pm
 from tracekit.errors import InputError
+from tracekit.launch.runjson import cycle_rule
 from tracekit.store.merge import merge
+from tracekit.store.raw.run import CYCLE_RULE_KEY
+from tracekit.store.raw.schema import RAW_COLUMNS, raw_schema
 from tracekit.store.reader import read_table
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -28,6 +31,14 @@ targets = ["m:G.all_reduce"]
 targets = ["m:W.step"]
 require = "draft"
 """
+
+
+def write_map(raw: Path, text: str) -> None:
+    """The phase map as `tracekit launch` leaves it: copied into raw/, its cycle rule in
+    run.json (merge reads only the latter)."""
+    (raw / "phasemap.toml").write_text(text)
+    run = {"adapter": "test", CYCLE_RULE_KEY: cycle_rule(pm.parse(text))}
+    (raw.parent / "run.json").write_text(json.dumps(run))
 
 
 def rec(
@@ -136,7 +147,7 @@ def test_merge_cycle_target_with_require(tmp_path: Path) -> None:
     # GIVEN two ranks, each with a prefill call and three cycles
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_map(raw, MAP_TARGET)
     write_proc(raw, 100, cycle_rows(3), rank=0, world=2)
     write_proc(raw, 101, cycle_rows(3), rank=1, world=2)
     write_proc(raw, 99, [], rank=None)  # the launcher's main process: no records, no rank
@@ -172,8 +183,9 @@ def test_merge_cycle_target_with_require(tmp_path: Path) -> None:
 def test_merge_starts_with(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(
-        MAP_TARGET.replace('targets = ["m:W.step"]\nrequire = "draft"', 'starts_with = "draft"')
+    write_map(
+        raw,
+        MAP_TARGET.replace('targets = ["m:W.step"]\nrequire = "draft"', 'starts_with = "draft"'),
     )
     rows = [r for r in cycle_rows(2, prefill=False) if r["kind"] == "phase"]
     write_proc(raw, 5, rows, rank=None)
@@ -188,7 +200,7 @@ def test_merge_starts_with(tmp_path: Path) -> None:
 def test_merge_reports_missing_and_partial_ranks(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_map(raw, MAP_TARGET)
     write_proc(raw, 100, cycle_rows(3), rank=0, world=3)
     write_proc(raw, 101, cycle_rows(2), rank=1, world=3, finished=False)  # SIGKILLed
     res = merge(tmp_path)
@@ -204,7 +216,7 @@ def test_merge_reports_missing_and_partial_ranks(tmp_path: Path) -> None:
 def test_merge_is_repeatable(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_map(raw, MAP_TARGET)
     write_proc(raw, 100, cycle_rows(2), rank=0)
     a = merge(tmp_path)
     b = merge(tmp_path)
@@ -218,12 +230,12 @@ def test_merge_without_raw_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_counters_filed_under_the_rank_that_used_the_gpu(tmp_path: Path) -> None:
-    from tests.unit.collectors.test_collectors_nvml import FakeNvml
-    from tracekit.collectors.nvml import NvmlSampler
+    from tests.unit.launch.test_launch_nvml import FakeNvml
+    from tracekit.launch.nvml import NvmlSampler
 
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_map(raw, MAP_TARGET)
     manifest = {"process": {"host": "h"}, "device": {"uuid": "GPU-1", "index": "0"}}
     write_proc(raw, 100, cycle_rows(1), rank=0, manifest=manifest)
     s = NvmlSampler(raw / "nvml", nvml=FakeNvml())
@@ -247,7 +259,7 @@ def test_merge_calls_between_cycles_belong_to_none(tmp_path: Path) -> None:
     # allreduces the recorder stamped with the last cycle's number (0), as it does
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_map(raw, MAP_TARGET)
     rows = [
         rec("phase", 0, "draft", 1, 20),
         rec("cycle", 0, None, 0, 70),
@@ -269,7 +281,7 @@ def test_merge_warns_once_when_the_cycle_rules_phase_never_ran(tmp_path: Path) -
     # drafter the map does not cover)
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_map(raw, MAP_TARGET)
     for pid, rank in ((100, 0), (101, 1)):
         rows = [r for r in cycle_rows(3) if r["phase"] != "draft"]
         write_proc(raw, pid, rows, rank=rank, world=2)
@@ -287,6 +299,6 @@ def test_merge_warns_once_when_the_cycle_rules_phase_never_ran(tmp_path: Path) -
 def test_merge_says_nothing_of_the_rule_when_its_phase_ran(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "phasemap.toml").write_text(MAP_TARGET)
+    write_map(raw, MAP_TARGET)
     write_proc(raw, 100, cycle_rows(2), rank=0, world=1)
     assert not [w for w in merge(tmp_path).warnings if "never ran" in w]

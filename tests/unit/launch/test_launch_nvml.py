@@ -5,8 +5,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tracekit.collectors.nvml import COUNTERS_FILE, GPUS_FILE, NvmlSampler
-from tracekit.store.merge import read_stream
+from tracekit.launch.nvml import NvmlSampler
+from tracekit.store.raw.ipc import read_stream
+from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE
 
 
 class FakeNvml:

@@ -9,8 +9,6 @@ the GPU. Without NVML (no driver, no `nvidia-ml-py`) the sampler says so once an
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import socket
 import threading
 import time
@@ -18,23 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-COUNTERS_FILE = "counters.arrow"
-GPUS_FILE = "gpus.json"
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-
-
-def _schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("gpu", pa.int32()),
-            ("host", pa.string()),
-            ("metric", pa.string()),
-            ("ts_ns", pa.int64()),
-            ("value", pa.float64()),
-        ]
-    )
+from tracekit.store.raw.files import write_json
+from tracekit.store.raw.ipc import StreamWriter
+from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, Sample, nvml_schema, samples_batch
 
 
 class NvmlSampler:
@@ -51,8 +35,9 @@ class NvmlSampler:
         self._handles: list[Any] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._rows: list[tuple[int, str, str, int, float]] = []
-        self._fd: int | None = None
+        self._rows: list[Sample] = []
+        self._stream: StreamWriter | None = None
+        self._dead = False  # stopped, or a write failed: nothing more is written
         self._host = socket.gethostname()
         self._warn: Callable[[str], None] = lambda msg: None
         self._broken = False
@@ -87,9 +72,7 @@ class NvmlSampler:
                     "name": _s(self._try(self._nvml.nvmlDeviceGetName, h)),
                 }
             )
-        (self.out_dir / GPUS_FILE).write_text(
-            json.dumps({"host": self._host, "gpus": gpus}, indent=1)
-        )
+        write_json(self.out_dir / GPUS_FILE, {"host": self._host, "gpus": gpus})
         self._thread = threading.Thread(target=self._run, name="tracekit-nvml", daemon=True)
         self._thread.start()
         return True
@@ -149,31 +132,18 @@ class NvmlSampler:
             self._stop.wait(max(0.0, next_t - time.monotonic()))
 
     def flush(self, *, final: bool = False) -> None:
-        import pyarrow as pa
-
         rows, self._rows = self._rows, []
-        if self._fd is None:
+        if self._stream is None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(
-                self.out_dir / COUNTERS_FILE,
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
-                0o644,
-            )
-            os.write(self._fd, _schema().serialize().to_pybytes())
+            self._stream = StreamWriter(self.out_dir / COUNTERS_FILE, nvml_schema())
         if rows:
-            schema = _schema()
-            cols = list(zip(*rows))
-            batch = pa.RecordBatch.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema
-            )
-            os.write(self._fd, batch.serialize().to_pybytes())
+            self._stream.write_batch(samples_batch(rows))
         if final:
-            os.write(self._fd, _EOS)
-            os.close(self._fd)
+            self._stream.close()
 
     def _safe_flush(self, *, final: bool = False) -> bool:
         """Flush; on a write error (disk full) say so once and stop sampling."""
-        if self._fd == -1:
+        if self._dead:
             return False
         try:
             self.flush(final=final)
@@ -182,10 +152,10 @@ class NvmlSampler:
                 f"could not write GPU counters to {self.out_dir} ({exc.strerror or exc}); "
                 "sampling stopped, the samples written before are kept"
             )
-            if self._fd is not None:
+            if self._stream is not None:
                 with contextlib.suppress(OSError):
-                    os.close(self._fd)
-            self._fd = -1
+                    self._stream.close(clean=False)
+            self._dead = True
             self._stop.set()
             return False
         return True
@@ -198,7 +168,7 @@ class NvmlSampler:
         if self._thread is not None:
             self._thread.join(timeout=max(0.0, timeout))
         self._safe_flush(final=True)
-        self._fd = -1
+        self._dead = True
         try:
             self._nvml.nvmlShutdown()
         except Exception:

@@ -10,7 +10,7 @@ The node rank and node count come from the options, else from the command line t
 given (SGLang's and torchrun's `--node-rank`/`--node_rank`, `--nnodes`), else from the
 `NODE_RANK`/`NNODES` variables (torchrun, Lightning, SLURM's `SLURM_NODEID`/`SLURM_NNODES`).
 Found in the command line or the environment, they make a part only when the node count is
-above 1 (a `NODE_RANK=0` left in a one-node environment changes nothing). Imports nothing heavy (the launcher's own process).
+above 1 (a `NODE_RANK=0` left in a one-node environment changes nothing). Runs in the launcher's own process.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tracekit.errors import CollectorError
-
-PARTS_DIR = "parts"
-NODE_PREFIX = "node-"
+from tracekit.store.parts import NODE_PREFIX, PARTS_DIR
 
 _RANK_FLAGS = ("--node-rank", "--node_rank")
 _NNODES_FLAGS = ("--nnodes",)

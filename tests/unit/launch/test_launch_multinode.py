@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.collectors.multinode import create_part_dir, detect
 from tracekit.errors import CollectorError
+from tracekit.launch.multinode import create_part_dir, detect
 
 SGLANG = ["python", "-m", "sglang.launch_server", "--nnodes", "2", "--node-rank", "1", "--tp", "16"]
 

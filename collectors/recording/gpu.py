@@ -1,0 +1,144 @@
+"""CUDA events of light mode: which top-level phase calls get them, and how many
+(docs/DEFINITIONS.md, "CUDA events of light mode").
+
+- sampling: with `gpu_sample` N > 1 only the calls of cycles whose number is a multiple of N
+  (calls outside every cycle: every N-th of them) are GPU-timed; all keep CPU times;
+- sharing: a top-level phase that starts in the same cycle, on the same thread, within
+  SHARE_GAP_NS of the end event of the previous GPU-timed top-level phase (host time after that
+  record, so nothing but the two calls' own bookkeeping ran between them) takes that event as
+  its start instead of recording one. Its GPU span then starts where the previous one ended:
+  whatever the device did in between (nothing, or the little the host enqueued in under
+  SHARE_GAP_NS) moves from the gap, which light mode charges as the phase's overhead, into its
+  span; its `wall_ns` (gap + span) is the same either way;
+- a cycle-only target (no phase) records no events: merge keeps no GPU times for cycles.
+
+A cycle of draft, verify and draft_extend thus records 4 events instead of 8. Events are pooled
+and resolved with `Event.query()` at flushes (no synchronisation added; one `synchronize` at the
+first CUDA phase calibrates the GPU clock against `time.time_ns`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
+    from collectors.recording.state import RecorderState, ThreadState
+    from collectors.recording.state import now_ns as _time_ns
+else:
+    from tracekit.collectors.recording.state import RecorderState, ThreadState
+    from tracekit.collectors.recording.state import now_ns as _time_ns
+
+# Two adjacent top-level phases share one CUDA event at their boundary when the second starts
+# at most this long (host time) after the first's end event was recorded (see _gpu_begin).
+SHARE_GAP_NS = 20_000
+
+
+class GpuEvents(RecorderState):
+    """Start and end events of the GPU-timed calls, and their resolution into GPU times."""
+
+    def _gpu_begin(self, ts: ThreadState) -> Any:
+        """The start event of a top-level phase call, or None when the call is not GPU-timed."""
+        every = self._gpu_every
+        if every > 1:
+            key = self.cycle
+            if key < 0:
+                key = self._loose
+                self._loose += 1
+            if key % every:
+                if ts.bound is not None:
+                    self._drop_bound(ts)
+                return None
+        bound = ts.bound
+        if bound is not None:
+            ev, cycle, after_ns = bound
+            if cycle == self.cycle and _time_ns() - after_ns <= SHARE_GAP_NS:
+                return ev  # stays in _bound_ids until this call's pending entry exists
+            self._drop_bound(ts)
+        return self._gpu_mark()
+
+    def _gpu_end(self, ts: ThreadState, seq: int, ev: Any, cycle: int) -> None:
+        """Record the end event of a GPU-timed call; it becomes the thread's boundary."""
+        ev1 = self._gpu_mark()
+        self._gpu_pending.append((seq, ev, ev1))
+        bound_ids = self._bound_ids
+        bound_ids.add(id(ev1))
+        old = ts.bound
+        ts.bound = (ev1, cycle, _time_ns())
+        if old is not None:  # after the append: a resolving thread always sees one of the two
+            bound_ids.discard(id(old[0]))
+
+    def _drop_bound(self, ts: ThreadState) -> None:
+        bound = ts.bound
+        ts.bound = None
+        if bound is not None:
+            self._bound_ids.discard(id(bound[0]))
+
+    def _gpu_mark(self) -> Any:
+        cuda = self._cuda
+        if self._gpu_ref is None:
+            # One-time calibration: the reference event's GPU time is taken as the CPU time at
+            # which it completed on an idle device.
+            cuda.synchronize()
+            ref = cuda.Event(enable_timing=True)
+            ref.record()
+            ref.synchronize()
+            self._gpu_ref = (ref, time.time_ns())
+            self._cuda_dev = self._cuda_device()  # the rank's device, read on its own thread
+        pool = self._event_pool
+        ev = pool.pop() if pool else cuda.Event(enable_timing=True)
+        ev.record()
+        self.events_recorded += 1
+        return ev
+
+    def _resolve_gpu(self, *, wait: bool, until: float | None = None) -> None:
+        """Resolve the pending events that completed; with `wait`, poll for the others until
+        `until` (monotonic; default: the exit deadline from now). The pending list is changed in
+        place: other threads append to it meanwhile. An event goes back to the pool only when
+        no pending entry and no thread's boundary slot still holds it (shared events)."""
+        pending = self._gpu_pending
+        if not pending or self._gpu_ref is None:
+            return
+        ref, ref_ns = self._gpu_ref
+        keep: list[tuple[int, Any, Any]] = []
+        deadline = time.monotonic() + self.config.exit_deadline_s if until is None else until
+        n = len(pending)
+        times: dict[int, int] = {}
+        freed: dict[int, Any] = {}
+
+        def at(ev: Any) -> int:
+            t = times.get(id(ev))
+            if t is None:
+                t = times[id(ev)] = ref_ns + round(ref.elapsed_time(ev) * 1e6)
+            return t
+
+        for seq, ev0, ev1 in pending[:n]:
+            done = ev1.query()
+            while wait and not done and time.monotonic() < deadline:
+                time.sleep(0.0005)  # polled, not synchronize(): bounded, never hangs the exit
+                done = ev1.query()
+            if not done:
+                keep.append((seq, ev0, ev1))
+                continue
+            self._gpu_done[seq] = (at(ev0), at(ev1))
+            freed[id(ev0)] = ev0
+            freed[id(ev1)] = ev1
+        del pending[:n]
+        pending[0:0] = keep
+        if freed:
+            # held: boundary slots first, then the pending entries (see _gpu_end's order)
+            held = set(self._bound_ids)
+            for _seq, ev0, ev1 in list(pending):
+                held.add(id(ev0))
+                held.add(id(ev1))
+            self._event_pool.extend(ev for i, ev in freed.items() if i not in held)
+
+    def _cuda_device(self) -> int | None:
+        """This thread's CUDA device (the rank's, on the program's threads), if CUDA is on."""
+        cuda = self._cuda
+        try:
+            if cuda is not None and cuda._initialized:
+                return int(cuda.current_device())
+        except Exception:
+            pass
+        return None

@@ -1,0 +1,399 @@
+"""The hot path: `enter` / `exit` of a wrapped call and `sync_call`, the sync wrapper's body with
+both inlined (budget 2 µs of CPU a call; docs/BENCHMARKS.md); the site codes (sites.json) and
+NVTX ranges; acceptance lengths read from a call.
+
+`enter`, `exit` and `sync_call` are longer than the house limit on purpose: they are the
+measured per-call path, where every call and attribute look-up saved counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tracekit.collectors.accept import read_attr_path
+from tracekit.store.raw.schema import ROW, SiteKind
+
+if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
+    from collectors.recording.lifecycle import Lifecycle
+    from collectors.recording.state import Frame, SiteInfo, ThreadState
+    from collectors.recording.state import now_ns as _time_ns
+else:
+    from tracekit.collectors.recording.lifecycle import Lifecycle
+    from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState
+    from tracekit.collectors.recording.state import now_ns as _time_ns
+
+if TYPE_CHECKING:
+    from tracekit.collectors.phasemap import Site
+
+_ROW = ROW
+_pack = ROW.pack
+_NAN = float("nan")
+_modules = sys.modules
+
+
+def as_accept_len(value: object) -> float | None:
+    """A number from a return-value field; never synchronises a device."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        nums = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return sum(nums) / len(nums) if nums else None
+    if hasattr(value, "item") and hasattr(value, "numel"):
+        tensor: Any = value
+        if getattr(tensor, "is_cuda", False):
+            return None  # reading it would synchronise the stream
+        if tensor.numel() == 1:
+            return float(tensor.item())
+        if tensor.numel() > 1:
+            return float(tensor.float().mean().item())
+    return None
+
+
+class HotPath(Lifecycle):
+    """What a wrapper calls: the `Hooks` protocol of `wrappers`."""
+
+    def _init_nvtx(self) -> None:
+        """The `tracekit` NVTX domain, or None when `nvtx` is missing or no NVTX tool (Nsight
+        Systems, ...) is attached: `nvtx` then hands out a `DummyDomain` whose calls do nothing,
+        and skipping them saves the calls."""
+        self._nvtx_ready = True
+        try:
+            import nvtx
+
+            dom = nvtx.get_domain("tracekit")
+            self._nvtx = None if type(dom).__name__ == "DummyDomain" else dom
+        except Exception:
+            self._nvtx = None
+
+    def _new_code(self, site: Site, kind: SiteKind) -> int:
+        with self._lock:
+            name = site.phase if kind == "phase" else "cycle"
+            code = len(self._sites)
+            self._sites.append(
+                {"code": code, "kind": kind, "phase": name, "target": str(site.target)}
+            )
+            attrs = None
+            if self._nvtx is not None:
+                attrs = self._nvtx.get_event_attributes(message=name, category=name)
+            self._nvtx_attrs.append(attrs)
+            (self._codes if kind == "phase" else self._cycle_codes)[id(site)] = code
+            return code
+
+    def _site_info(self, site: Site) -> SiteInfo:
+        """First call of a site: its phase code (sites.json), NVTX attributes, flags."""
+        if not self._nvtx_ready:
+            self._init_nvtx()
+        code = -1
+        if site.phase is not None:
+            code = self._codes.get(id(site), -1)
+            if code < 0:
+                code = self._new_code(site, "phase")
+        acc = site.bound[0] if site.bound[0] is not None else site.accept_len
+        cacc = site.bound[1] if site.bound[1] is not None else site.cycle_accept_len
+        info = (code, site.cycle, site.starts_cycle, acc, cacc, site)
+        self._info[id(site)] = info
+        return info
+
+    # Kept whole (over the house's 80 lines): the measured per-call path (docs/BENCHMARKS.md,
+    # "Collector overhead"); splitting it would add a call a wrapped call.
+    def enter(self, site: Site) -> Frame | None:
+        """Start a record; None means: pass straight through (tracekit's own call, torch.compile
+        tracing, CUDA graph capture, or a recorder failure)."""
+        try:
+            # First, before touching anything else: torch.compile traces this code too.
+            comp = self._is_compiling
+            if comp is None and "torch" in _modules:
+                self._probe_torch()
+                comp = self._is_compiling
+            cuda_on = False
+            if comp is not None:
+                if comp():
+                    return None
+                cuda = self._cuda
+                cuda_on = cuda._initialized
+                if cuda_on and cuda.is_current_stream_capturing():
+                    return None
+            try:
+                ts = self._loc.ts
+            except AttributeError:
+                ts = self._thread()
+            if ts.internal:
+                return None
+            info = self._info.get(id(site))
+            if info is None:
+                info = self._site_info(site)
+            code = info[0]
+            nv = self._nvtx
+            prof = self.profile
+            ccode = -1
+            rf = rfc = None
+            qualified = False
+            if info[1] and not ts.in_cycle:  # a cycle-target call starts a cycle
+                ts.in_cycle = True
+                ccode = self._cycle_codes.get(id(site), -1)
+                if ccode < 0:
+                    ccode = self._new_code(site, "cycle")
+                self.cycle += 1
+                if ts.bound is not None:
+                    self._drop_bound(ts)
+                if prof is not None:
+                    prof.cycle_start(self.cycle, target=True)  # counts; opens no range
+                if nv is not None:
+                    nv.push_range(self._nvtx_attrs[ccode])
+            stack = ts.stack
+            depth = len(stack)
+            parent = -1
+            if code >= 0:
+                if depth:
+                    parent = stack[-1]
+                elif info[2] and not ts.in_cycle:  # the map's `starts_with` phase
+                    self.cycle += 1
+                    if prof is not None:
+                        prof.cycle_start(self.cycle)
+                stack.append(code)
+                if nv is not None:
+                    nv.push_range(self._nvtx_attrs[code])
+                if prof is not None:
+                    qualified = prof.phase_start(site.phase, self.cycle)
+            seq = self._next_seq()
+            # CUDA events for top-level phases only (a cycle-only target has none: merge keeps
+            # no GPU times for cycles), on the sampled cycles, shared at boundaries
+            ev = self._gpu_begin(ts) if cuda_on and depth == 0 and code >= 0 else None
+            start = _time_ns()
+            if prof is not None and prof.active:
+                # Inside the recorded [start, end]: a profiler range never starts before its
+                # record (nor ends after it), so the cycle the record is in holds it too.
+                if ccode >= 0 and prof.marks_cycle_at_start:
+                    rfc = prof.range("tracekit/cycle")
+                if qualified:  # `require` made this step a cycle: its range opens here
+                    prof.open_cycle_range()
+                if code >= 0:
+                    rf = prof.range(f"tracekit/{site.phase}")
+            return (
+                info, code, self.cycle, depth, parent, ts, seq, ts.replays, ev, ccode, rf, rfc,
+                start,
+            )  # fmt: skip
+        except Exception as exc:
+            self.fail("enter", exc)
+            return None
+
+    def exit(
+        self,
+        fr: Frame | None,
+        ok: bool,
+        result: object,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if fr is None:
+            return
+        try:
+            info, code, cycle, depth, parent, ts, seq, rep0, ev, ccode, rf, rfc, start = fr
+            if ccode >= 0 and rfc is None and self.profile is not None:
+                rfc = self.profile.take_cycle_range(cycle)
+            if rf is not None or rfc is not None:  # full mode: close the ranges, then stamp
+                if rf is not None:
+                    self.profile.range_exit(rf)  # type: ignore[union-attr]
+                if rfc is not None:
+                    self.profile.range_exit(rfc)  # type: ignore[union-attr]
+                rf = rfc = None
+            end = _time_ns()
+            if ev is not None:  # before the row: a flush never takes the row without its events
+                self._gpu_end(ts, seq, ev, cycle)
+            replays = ts.replays - rep0
+            nv = self._nvtx
+            rows = self._rows
+            if code >= 0:
+                if nv is not None:
+                    nv.pop_range()
+                ts.stack.pop()
+                acc = _NAN
+                if ok and info[3] is not None:
+                    acc = self._accept(result, info[3], args, kwargs, info[5])
+                rows += _pack(code, cycle, depth, parent, ts.tid, seq, start, end, replays, acc, ok)
+            if ccode >= 0:
+                ts.in_cycle = False
+                if ts.bound is not None:
+                    self._drop_bound(ts)
+                if nv is not None:
+                    nv.pop_range()
+                acc = _NAN
+                if ok and info[4] is not None:
+                    acc = self._accept(result, info[4], args, kwargs, info[5])
+                cseq = seq if code < 0 else -seq  # a site both phase and cycle: two rows
+                rows += _pack(ccode, cycle, depth, -1, ts.tid, cseq, start, end, replays, acc, ok)
+                if self.profile is not None:
+                    self.profile.cycle_end(cycle)
+            # Flush between cycles (not inside one, where it would add to the cycle's time),
+            # unless the buffer keeps growing inside a very long cycle.
+            if depth == 0:
+                n = len(rows)
+                if (
+                    not ts.in_cycle
+                    and (n >= self._flush_bytes or end - self._last_flush >= self._flush_ns)
+                ) or (n >= 4 * self._flush_bytes):
+                    self.flush()
+        except Exception as exc:
+            self.fail("exit", exc)
+
+    # Kept whole (over the house's 80 lines): the measured per-call path (docs/BENCHMARKS.md,
+    # "Collector overhead"); splitting it would add a call a wrapped call.
+    def sync_call(
+        self, fn: Callable[..., Any], site: Site, generic: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """The body of the sync wrapper of `site` (`wrappers.make_wrapper` adds the metadata).
+
+        For a phase site that is no cycle target (the hot case: draft, verify, allreduce...)
+        `enter` and `exit` are inlined here, which saves two calls, the frame tuple and most
+        attribute look-ups. The inlined code is `enter` + `exit` for such a site with no NVTX
+        tool and no profiler window; any other state (the site's first call, which registers
+        it, an NVTX tool, full mode) goes through `generic`, the wrapper's plain `enter` /
+        `exit` body (the test
+        `test_inlined_phase_path_records_what_enter_exit_record` compares both).
+        """
+        rec = self
+        next_seq = self._next_seq
+        if site.phase is None or site.cycle or site.needs_args:
+            return generic
+        starts_cycle = site.starts_cycle
+        acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
+        code = -1  # the site's phase code, known after its first call
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal code
+            if not rec.active:
+                return fn(*args, **kwargs)
+            if code < 0 or rec._nvtx is not None or rec.profile is not None:
+                if code < 0 and rec.active:
+                    info = rec._info.get(id(site))
+                    if info is not None:
+                        code = info[0]
+                return generic(*args, **kwargs)
+            # -- enter
+            ts: ThreadState | None = None
+            try:
+                # First, before touching anything else: torch.compile traces this code too.
+                comp = rec._is_compiling
+                if comp is None and "torch" in _modules:
+                    rec._probe_torch()
+                    comp = rec._is_compiling
+                cuda_on = skip = False
+                if comp is not None:
+                    skip = comp()
+                    if not skip:
+                        cuda = rec._cuda
+                        cuda_on = cuda._initialized
+                        skip = cuda_on and cuda.is_current_stream_capturing()
+                if not skip:
+                    try:
+                        ts = rec._loc.ts
+                    except AttributeError:
+                        ts = rec._thread()
+                    if ts.internal:
+                        ts = None
+                    else:
+                        stack = ts.stack
+                        depth = len(stack)
+                        parent = -1
+                        if depth:
+                            parent = stack[-1]
+                        elif starts_cycle and not ts.in_cycle:
+                            rec.cycle += 1
+                        stack.append(code)
+                        cycle = rec.cycle
+                        seq = next_seq()
+                        rep0 = ts.replays
+                        ev = rec._gpu_begin(ts) if cuda_on and depth == 0 else None
+                        start = _time_ns()
+            except Exception as exc:
+                rec.fail("enter", exc)
+                ts = None
+            if ts is None:
+                return fn(*args, **kwargs)
+            # -- the call, then exit (also when it raises)
+            ok = False
+            result = None
+            try:
+                result = fn(*args, **kwargs)
+                ok = True
+            finally:
+                try:
+                    end = _time_ns()
+                    if ev is not None:
+                        rec._gpu_end(ts, seq, ev, cycle)
+                    ts.stack.pop()
+                    acc = _NAN
+                    if ok and acc_path is not None:
+                        acc = rec._accept(result, acc_path, (), None, site)
+                    rows = rec._rows
+                    rows += _pack(
+                        code, cycle, depth, parent, ts.tid, seq, start, end,
+                        ts.replays - rep0, acc, ok,
+                    )  # fmt: skip
+                    if depth == 0:
+                        n = len(rows)
+                        if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
+                            not ts.in_cycle or n >= 4 * rec._flush_bytes
+                        ):
+                            rec.flush()
+                except Exception as exc:
+                    rec.fail("exit", exc)
+            return result
+
+        return call
+
+    def _accept(
+        self,
+        result: object,
+        rule: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        site: Site,
+    ) -> float:
+        """A cycle's tokens from a call: a legacy `accept_len` path on the return value (NaN
+        when absent), or a bound `accept` rule; a rule that fails, or gives no number, is
+        disabled for this target and said once on stderr; the program never sees it."""
+        if isinstance(rule, str):
+            try:
+                acc = as_accept_len(read_attr_path(result, rule))
+            except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+                return _NAN
+            return _NAN if acc is None else acc
+        if id(rule) in self._accept_off:
+            return _NAN
+        why = ""
+        try:
+            value = rule.read(result, args, kwargs or {})
+            acc = as_accept_len(value)
+            if acc is None:
+                why = f"gave {type(value).__name__}, not a number (a CUDA tensor is not read: that would synchronise)"
+        except Exception as exc:
+            acc, why = None, f"{type(exc).__name__}: {exc}"
+        if acc is not None:
+            return acc
+        self._accept_off.add(id(rule))
+        with contextlib.suppress(Exception):
+            sys.stderr.write(
+                f"tracekit: accept rule {rule.rule.text} ({rule.rule.where}) on {site.target} "
+                f"{why}; acceptance is not read from this target any more, the program goes on\n"
+            )
+        return _NAN
+
+    @property
+    def _buf(self) -> list[tuple[Any, ...]]:
+        """The buffered rows, unpacked (tests, debugging; accept_len None when absent)."""
+        return [
+            (*r[:9], None if r[9] != r[9] else r[9], r[10]) for r in _ROW.iter_unpack(self._rows)
+        ]
+
+    def count_replay(self) -> None:
+        try:
+            ts = self._loc.ts
+        except AttributeError:
+            ts = self._thread()
+        ts.replays += 1

@@ -1,0 +1,257 @@
+"""Buffered rows to the record stream: flushes (from the program's threads, the timer thread,
+a signal, the exit), segments (rotation and retention, collectors/segments.py), process.json
+and manifest.json, and the recorder disabling itself on a failure. Writes go through the raw
+format's writer (tracekit/store/raw/)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from tracekit.store.raw.files import MANIFEST_FILE, PROCESS_FILE, SITES_FILE, write_json
+from tracekit.store.raw.ipc import StreamWriter
+from tracekit.store.raw.records import encode_rows
+from tracekit.store.raw.schema import ROW as _ROW
+from tracekit.store.raw.schema import raw_schema, row_dtype
+
+if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
+    from collectors.recording.gpu import GpuEvents
+else:
+    from tracekit.collectors.recording.gpu import GpuEvents
+
+
+class Output(GpuEvents):
+    """The record stream of this process, and the files beside it."""
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        """Disable recording in this process and say so once."""
+        self.active = False
+        if not self._failed:
+            self._failed = True
+            try:
+                sys.stderr.write(
+                    f"tracekit: recorder failed in pid {self.pid} during {where} "
+                    f"({type(exc).__name__}: {exc}); recording is disabled in this process, "
+                    "the program goes on\n"
+                )
+                self._write_process(failed=f"{where}: {type(exc).__name__}: {exc}")
+            except Exception:
+                pass
+
+    def _open(self) -> None:
+        import pyarrow  # noqa: F401  (fail early, inside the guard)
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._open_segment()
+        self._start_timer()
+
+    def _open_segment(self) -> None:
+        seg = self._segments.open(self.dir, time.time_ns())
+        self._stream = stream = StreamWriter(seg.path, raw_schema())
+        seg.add(stream.head_bytes, 0, None, time.time_ns())
+
+    def _segment_written(self, nbytes: int, rows: Any) -> None:
+        seg = self._segments.current
+        if seg is not None:
+            span = (
+                int(rows["start_ns"].min()),
+                int(rows["end_ns"].max()),
+                int(rows["cycle"].min()),
+                int(rows["cycle"].max()),
+            )
+            seg.add(nbytes, len(rows), span, time.time_ns())
+
+    def _rotate(self, *, writing: bool) -> None:
+        """At a flush (under the lock), before its batch: close a full or old segment and open
+        the next (so no segment is left empty); delete what retention no longer keeps (the
+        oldest first)."""
+        log = self._segments
+        now = time.time_ns()
+        stream = self._stream
+        if writing and stream is not None and not stream.closed and log.should_rotate(now):
+            self._stream = None
+            stream.close()
+            log.close_current()
+            self._open_segment()
+        if log.enforce(now):
+            self._process_records = -1  # process.json says what was dropped
+
+    def _start_timer(self) -> None:
+        """The daemon thread that flushes once `flush_seconds` passed without a flush."""
+        if not self.config.flush_thread or self.finished:
+            return
+        if self._timer is not None and self._timer.is_alive():
+            return
+        self._timer_stop = stop = threading.Event()
+        t = threading.Thread(
+            target=self._timer_loop, args=(stop,), name="tracekit-flush", daemon=True
+        )
+        t.start()
+        self._timer = t
+
+    def _timer_loop(self, stop: threading.Event) -> None:
+        period = max(0.01, self.config.flush_seconds)
+        period_ns = int(period * 1e9)
+        pid = self.pid
+        while True:
+            due = (self._last_flush + period_ns - time.time_ns()) / 1e9
+            if stop.wait(max(due, period / 20)):
+                return
+            if self._failed or self.finished or os.getpid() != pid:
+                return
+            if not self.active:
+                continue  # paused (`set_recording(False)`): rows wait for the next flush
+            if time.time_ns() - self._last_flush < period_ns:
+                continue  # the program's threads flushed meanwhile
+            if self._rows or self._gpu_pending or self._process_records != self._rows_written:
+                self.flush(timer=True, until=time.monotonic() + period)
+            else:
+                self._last_flush = time.time_ns()  # nothing to write: sleep a whole period
+
+    def _take_rows(self, *, final: bool) -> Any:
+        """Remove from the buffer the rows whose GPU times are known (all when `final`); return
+        them as a numpy array. Rows other threads append meanwhile stay in the buffer."""
+        import numpy as np
+
+        buf = self._rows
+        size = len(buf) - len(buf) % _ROW.size
+        rows = np.frombuffer(bytes(buf[:size]), dtype=row_dtype())
+        if self._gpu_pending and not final:
+            pending = np.fromiter((seq for seq, _, _ in self._gpu_pending), dtype=np.int64)
+            wait = np.isin(rows["seq"], pending)
+            buf[:size] = rows[wait].tobytes()
+            return rows[~wait]
+        del buf[:size]
+        return rows
+
+    def flush(
+        self, *, final: bool = False, timer: bool = False, until: float | None = None
+    ) -> bool:
+        """Write buffered records whose GPU times are known (all of them when `final`).
+
+        Without `until` (the program's threads) it never waits: when another thread is
+        flushing it returns False at once. With `until` (monotonic) it waits for the lock, and
+        `final` polls the CUDA events, until then. `timer`: called from the timer thread, which
+        leaves the rank and manifest update (torch.distributed and CUDA state are the program's
+        threads') to the others. Never re-entered from a signal handler on its own thread."""
+        lock = self._lock
+        if until is None:
+            got = lock.acquire(blocking=False)
+        else:
+            got = lock.acquire(timeout=max(0.0, until - time.monotonic()))
+        if not got:
+            return False
+        me = threading.get_ident()
+        if self._flush_owner == me:
+            lock.release()
+            return False
+        self._flush_owner = me
+        try:
+            with self._internal():
+                self._flush_locked(final=final, until=until)
+        finally:
+            self._flush_owner = 0
+            lock.release()
+        if not final and self.active:
+            self._after_flush(timer=timer)
+        sig = self.deferred_signal
+        deliver = self.on_deferred_signal
+        if sig and deliver is not None and threading.current_thread() is threading.main_thread():
+            self.deferred_signal = 0
+            deliver(sig)
+        return True
+
+    def _after_flush(self, *, timer: bool) -> None:
+        """Rank (torch.distributed) and manifest, outside the lock: a backend call that blocks
+        (a process group in teardown) must never hold up a flush or the exit."""
+        try:
+            with self._internal():
+                self._update_rank(cuda_device=None if timer else self._cuda_device())
+                if not self._manifest_written:
+                    self._write_manifest(with_device=not timer)
+        except Exception as exc:
+            self.fail("flush", exc)
+
+    def _flush_locked(self, *, final: bool, until: float | None) -> None:
+        try:
+            self._last_flush = time.time_ns()
+            self._resolve_gpu(wait=final, until=until)
+            ready = self._take_rows(final=final)
+            if self._stream is None:
+                self._open()
+            if len(self._sites) > self._sites_written:
+                write_json(self.dir / SITES_FILE, {"sites": self._sites})
+                self._sites_written = len(self._sites)
+            self._rotate(writing=len(ready) > 0)
+            stream = self._stream
+            assert stream is not None
+            if len(ready):
+                data = encode_rows(ready, self._gpu_done)
+                stream.write(data)
+                self.flushes += 1
+                self._rows_written += len(ready)
+                self._segment_written(len(data), ready)
+            if final:
+                stream.close()
+            if final or self._process_records != self._rows_written:
+                self._write_process()
+        except Exception as exc:
+            self.fail("flush", exc)
+
+    def _update_rank(self, *, cuda_device: int | None = None) -> None:
+        info: dict[str, Any] = {}
+        for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            val = os.environ.get(key)
+            if val is not None and val.strip().lstrip("-").isdigit():
+                info[f"env_{key.lower()}"] = int(val)
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                info["dist_rank"] = dist.get_rank()
+                info["dist_world_size"] = dist.get_world_size()
+                info["dist_backend"] = str(dist.get_backend())
+        except Exception:
+            pass
+        # Sticky: a process group destroyed before exit does not make the rank unknown.
+        info = {**self._rank_info, **info}
+        if cuda_device is None:
+            cuda_device = self._cuda_dev
+        if cuda_device is not None:
+            info["cuda_device"] = cuda_device
+        if info != self._rank_info:
+            self._rank_info = info
+            self._manifest_written = False
+            self._write_process()
+
+    def _write_manifest(self, *, with_device: bool = True) -> None:
+        from tracekit.collectors import manifest
+
+        data = manifest.collect(
+            package=self.config.package, rank_info=self._rank_info, with_device=with_device
+        )
+        write_json(self.dir / MANIFEST_FILE, data)
+        self._manifest_written = True
+
+    def _write_process(self, **extra: Any) -> None:
+        with self._internal():
+            data = dict(self.process_info)
+            written = self._rows_written
+            data.update(
+                pid=self.pid,
+                rank_info=self._rank_info,
+                records=written,  # on disk; `buffered`: recorded, not written yet
+                buffered=self.records - written,
+                flushes=self.flushes,
+                finished=self.finished,
+                patched=self.patched,
+                unresolved=self.unresolved,
+                active=self.active,
+                segments=self._segments.to_json(),
+                dropped=self._segments.dropped.to_json(),
+            )
+            data.update(extra)
+            write_json(self.dir / PROCESS_FILE, data)
+            self._process_records = written

@@ -1,0 +1,229 @@
+"""The recorder's state: its attributes, per-thread state, the bypass of torch.compile tracing
+and CUDA graph capture, and the clock records are stamped with."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracekit.collectors.segments import SegmentLog
+from tracekit.store.raw.ipc import StreamWriter
+from tracekit.store.raw.schema import ROW
+
+if TYPE_CHECKING:
+    from collectors.recorder import RecorderConfig
+    from tracekit.collectors.phasemap import Site
+    from tracekit.collectors.profiler import ProfileWindow
+
+_ROW = ROW
+
+
+ENV_TEST_CLOCK_OFFSET = "TRACEKIT_TEST_CLOCK_OFFSET_NS"
+
+
+def _test_clock() -> Callable[[], int]:
+    """time.time_ns, or, for tests only, time.time_ns + TRACEKIT_TEST_CLOCK_OFFSET_NS: the CPU
+    times this process records read as on a host whose clock is that far ahead (the two-node
+    test in tests/integration/test_multinode.py recovers it; docs/multinode.md)."""
+    text = os.environ.get(ENV_TEST_CLOCK_OFFSET, "").strip()
+    offset = int(text) if text.lstrip("-").isdecimal() else 0
+    if not offset:
+        return time.time_ns
+    clock = time.time_ns
+    return lambda: clock() + offset
+
+
+now_ns = _test_clock()  # the clock of every record (time.time_ns outside tests)
+
+
+def compiling_check(tc: Any) -> Callable[[], bool]:
+    """`torch.compiler.is_compiling`, or an equivalent that costs one call less.
+
+    `is_compiling()` is True while Dynamo traces (Dynamo folds the call to True) and while
+    `torch.compiler._is_compiling_flag` is set (export, AOT tracing, a compile session), False
+    under TorchScript scripting, where no tracekit wrapper runs. `is_dynamo_compiling()` is
+    folded to True by Dynamo too and is a bare `return False` in eager Python, so
+    `is_dynamo_compiling() or _is_compiling_flag` says the same for less. Torch versions
+    without either name get `is_compiling` itself.
+    """
+    dynamo = getattr(tc, "is_dynamo_compiling", None)
+    if dynamo is None or not isinstance(getattr(tc, "_is_compiling_flag", None), bool):
+        return tc.is_compiling  # type: ignore[no-any-return]
+
+    def is_compiling() -> bool:
+        return dynamo() or tc._is_compiling_flag  # type: ignore[no-any-return]
+
+    return is_compiling
+
+
+class ThreadState:
+    """Per-thread state, one `threading.local` look-up a call: the stack of open phase codes,
+    the native thread id, graph replays counted so far, whether a cycle is open, and whether
+    tracekit itself is running (its own calls are not recorded)."""
+
+    __slots__ = ("bound", "in_cycle", "internal", "replays", "stack", "tid")
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.tid = threading.get_native_id()
+        self.replays = 0
+        self.in_cycle = False
+        self.internal = False
+        # the end event of this thread's last GPU-timed top-level phase, which the next one
+        # may share as its start: (event, cycle, CPU ns just after its record) or None
+        self.bound: tuple[Any, int, int] | None = None
+
+
+# What enter() hands to exit(): one tuple (not tracked by gc once freed, never kept).
+# (site info, phase code, cycle, depth, parent code, thread, seq, replays at enter, CUDA event,
+#  cycle code, profiler range, profiler cycle range, start ns)
+Frame = tuple[Any, int, int, int, int, ThreadState, int, int, Any, int, Any, Any, int]
+# Per-site info, computed once a site: (phase code or -1, cycle site, starts_cycle, phase accept
+# (a `BoundAccept`, or a legacy `accept_len` path), cycle accept (same), site).
+SiteInfo = tuple[int, bool, bool, Any, Any, "Site"]
+
+
+class RecorderState:
+    """The attributes of a recorder, and what every layer above uses."""
+
+    def __init__(self, config: RecorderConfig) -> None:
+        self.config = config
+        self.active = True
+        self.pid = os.getpid()
+        self.cycle = -1
+        self.flushes = 0
+        self._rows_written = 0
+        # call numbers, unique in the process: next() on a count is atomic, even across threads
+        self._next_seq = itertools.count(1).__next__
+        self._rows = bytearray()  # buffered rows, _ROW.size bytes each
+        self._gpu_pending: list[tuple[int, Any, Any]] = []
+        self._gpu_done: dict[int, tuple[int, int]] = {}
+        self._lock = threading.RLock()
+        self._loc = threading.local()
+        self._flush_ns = int(config.flush_seconds * 1e9)
+        self._flush_n = max(1, config.flush_records)
+        self._flush_bytes = self._flush_n * _ROW.size
+        self._last_flush = time.time_ns()
+        self._stream: StreamWriter | None = None  # the open segment (closed at exit)
+        self._segments = SegmentLog(config.retention)
+        self._nvtx: Any = None
+        self._nvtx_ready = False
+        self._is_compiling: Callable[[], bool] | None = None
+        self._cuda: Any = None
+        self._event_pool: list[Any] = []
+        self._gpu_every = max(1, int(config.gpu_sample))
+        self._loose = 0  # top-level calls outside every cycle so far (sampling without cycles)
+        self._bound_ids: set[int] = set()  # id() of events held by a thread's boundary slot
+        self.events_recorded = 0  # CUDA event records (calibration excluded)
+        self._gpu_ref: tuple[Any, int] | None = None
+        self._failed = False
+        self._accept_off: set[int] = set()  # id() of accept rules disabled after a failure
+        self._rank_info: dict[str, Any] = {}
+        self._manifest_written = False
+        # site codes: id(site) -> code; table written to sites.json before a batch uses them
+        self._codes: dict[int, int] = {}
+        self._cycle_codes: dict[int, int] = {}
+        self._info: dict[int, SiteInfo] = {}  # id(site) -> its info, the hot path's one look-up
+        self._sites: list[dict[str, Any]] = []
+        self._nvtx_attrs: list[Any] = []
+        self._sites_written = 0
+        self.profile: ProfileWindow | None = None
+        self.patched: list[str] = []
+        self.unresolved: dict[str, str] = {}
+        self.process_info: dict[str, Any] = {}
+        self.finished = False
+        # lifecycle: the timer thread, who is inside flush, the exit's threads and deadline
+        self._timer: threading.Thread | None = None
+        self._timer_stop = threading.Event()
+        self._flush_owner = 0  # threading.get_ident() of the thread inside flush, 0 if none
+        self._process_records = -1  # rows on disk when process.json was last written
+        self._fork_locked = False
+        self._exit_thread: threading.Thread | None = None
+        self._exit_until = 0.0
+        self._exit_step = ""
+        self._cuda_dev: int | None = None
+        self.deferred_signal = 0  # a signal that arrived inside a flush on its thread
+        self.on_deferred_signal: Callable[[int], None] | None = None
+
+    def set_recording(self, on: bool) -> None:
+        """Pause (False) or resume (True) recording in this process, e.g. between blocks of
+        cycles of an A/B overhead measurement (`python -m tracekit.demo --ab-blocks N`). Paused,
+        every wrapper passes straight through (the inactive wrapper's cost), the timer thread
+        writes nothing, and rows recorded before wait for the next flush; a recorder that
+        failed stays disabled."""
+        if self._failed or self.finished:
+            return
+        self.active = bool(on)
+
+    @property
+    def records(self) -> int:
+        """Rows recorded so far in this process: written plus buffered."""
+        return self._rows_written + len(self._rows) // _ROW.size
+
+    @property
+    def opened(self) -> bool:
+        """True once the record stream was opened (it stays True after it is closed)."""
+        return self._stream is not None
+
+    @property
+    def dir(self) -> Path:
+        return self.config.raw_dir / f"pid-{self.pid}"
+
+    def _probe_torch(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        try:
+            self._is_compiling = compiling_check(torch.compiler)
+            self._cuda = torch.cuda
+        except AttributeError:  # torch is still importing
+            self._is_compiling = None
+
+    def bypass(self) -> bool:
+        """True while torch.compile traces or a CUDA graph is being captured."""
+        comp = self._is_compiling
+        if comp is None:
+            if "torch" not in sys.modules:
+                return False
+            self._probe_torch()
+            comp = self._is_compiling
+            if comp is None:
+                return False
+        if comp():
+            return True
+        cuda = self._cuda
+        return bool(cuda._initialized and cuda.is_current_stream_capturing())
+
+    def _thread(self) -> ThreadState:
+        ts = ThreadState()
+        self._loc.ts = ts
+        return ts
+
+    @contextlib.contextmanager
+    def _internal(self) -> Iterator[None]:
+        """Calls made by tracekit itself on this thread (json, pyarrow) are not recorded."""
+        try:
+            ts = self._loc.ts
+        except AttributeError:
+            ts = self._thread()
+        old = ts.internal
+        ts.internal = True
+        try:
+            yield
+        finally:
+            ts.internal = old
+
+    def _owns_lock(self) -> bool:
+        owned = getattr(self._lock, "_is_owned", None)
+        return bool(owned()) if owned is not None else False
+
+    def flushing_here(self) -> bool:
+        """True when this thread is inside `flush` (a signal handler interrupted it)."""
+        return self._flush_owner == threading.get_ident()

@@ -1,0 +1,75 @@
+"""File names of the raw format, the record segments of a process, JSON read and write."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+PID_PREFIX = "pid-"  # RUN_DIR/raw/pid-<pid>/: one directory a recorded process
+RECORDS_FILE = "records.arrow"  # segment 0 of a process's record stream
+SITES_FILE = "sites.json"  # site codes of the records: {"sites": [{code, kind, phase, target}]}
+PROCESS_FILE = "process.json"  # the recorder's state: rank info, record count, finished ...
+MANIFEST_FILE = "manifest.json"  # the process's environment (collectors/manifest.py)
+KINETO_FILE = "kineto.json.gz"  # full mode's torch.profiler window
+PHASEMAP_FILE = "phasemap.toml"  # the phase map the run used (copied by the launcher)
+
+# A process's records are segments: records.arrow, records.1.arrow, records.2.arrow, ...
+SEGMENT_RE = re.compile(r"^records(?:\.(\d+))?\.arrow$")
+
+
+def segment_name(index: int) -> str:
+    return RECORDS_FILE if index == 0 else f"records.{index}.arrow"
+
+
+def list_segments(pid_dir: Path) -> list[tuple[int, Path]]:
+    """(index, path) of the record segments in a process directory, oldest first."""
+    out: list[tuple[int, Path]] = []
+    try:
+        names = os.listdir(pid_dir)
+    except OSError:
+        return out
+    for name in names:
+        m = SEGMENT_RE.match(name)
+        if m:
+            out.append((int(m.group(1) or 0), pid_dir / name))
+    out.sort()
+    return out
+
+
+def process_dirs(raw: Path) -> list[tuple[int, Path]]:
+    """(pid, directory) of every recorded process under `raw`, in the order of their names."""
+    out: list[tuple[int, Path]] = []
+    for d in sorted(raw.glob(f"{PID_PREFIX}*"), key=lambda p: p.name):
+        text = d.name[len(PID_PREFIX) :]
+        if text.isdecimal():
+            out.append((int(text), d))
+    return out
+
+
+def read_json(path: Path) -> tuple[dict[str, Any], str | None]:
+    """A JSON object from `path`, or ({}, why not) (None when the file does not exist)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, ValueError) as exc:
+        return {}, f"not readable JSON ({str(exc).splitlines()[0][:80]})"
+    if not isinstance(data, dict):
+        return {}, f"a JSON {type(data).__name__}, not an object"
+    return data, None
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` atomically (a temporary file, one a writing thread, renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, default=str, indent=1))
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
