@@ -82,26 +82,6 @@ IMPORTED_BY = {"server": {"cli", "launch"}, "demo": {"cli"}}
 # (importer, imported) pairs that break the rules today; see the docstring. Each is being removed
 # by another branch of issue 12; the coordinator empties this set as they land.
 KNOWN_VIOLATIONS: set[tuple[str, str]] = {
-    # the raw record format moves to tracekit.store.raw (item 1): merge reads raw records,
-    # NVML samples and profiler output through the collectors' modules today
-    ("tracekit.store.merge", "tracekit.collectors.nvml"),
-    ("tracekit.store.merge", "tracekit.collectors.phasemap"),  # cycle rules: into run.json
-    ("tracekit.store.merge", "tracekit.collectors.profiler"),
-    ("tracekit.store.merge", "tracekit.collectors.recorder"),
-    ("tracekit.store.merge", "tracekit.collectors.segments"),
-    # `tracekit top` tails the raw records through the recorder's reader (to read them through
-    # tracekit.store.raw once it lands) and its cycle rule through the phase map (to come from
-    # run.json)
-    ("tracekit.live.tail", "tracekit.collectors.recorder"),
-    ("tracekit.live.tail", "tracekit.collectors.segments"),
-    ("tracekit.live.model", "tracekit.collectors.phasemap"),
-    # launch-side code leaves collectors/ for its own package (item 2): the launcher merges
-    # the run and serves live metrics, so it needs the store and tracekit.live
-    ("tracekit.collectors.launcher", "tracekit.live.metrics"),
-    ("tracekit.collectors.launcher", "tracekit.store.layout"),
-    ("tracekit.collectors.launcher", "tracekit.store.merge"),
-    ("tracekit.collectors.launcher", "tracekit.store.reader"),
-    ("tracekit.collectors.launcher", "tracekit.store.schema"),
     # the analysis model replaces the one-slot cache (item 4)
     ("tracekit.export.perfetto", "tracekit.analyzers._load"),
 }

@@ -30,7 +30,7 @@ class Polled:
 class LiveFeed:
     def __init__(self, raw: Path, rule: CycleRule | None = None) -> None:
         self.raw = raw
-        self.rule = rule or CycleRule.from_phasemap(raw / "phasemap.toml")
+        self.rule = rule or CycleRule.from_run(raw.parent / "run.json")
         self.tail = RunTail(raw)
         self.model = LiveModel(self.rule)
         self._pending: dict[int, list[pa.RecordBatch]] = {}

@@ -24,7 +24,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tracekit.errors import InputError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,14 +89,21 @@ class CycleRule:
     starts_with: str | None = None
 
     @classmethod
-    def from_phasemap(cls, path: Any) -> CycleRule:
-        from tracekit.collectors import phasemap as pm
+    def from_run(cls, run_json: Path) -> CycleRule:
+        """The rule the launcher wrote into the run's run.json at start (`cycle_rule`); a run
+        without one (an older tracekit, or run.json not written yet) counts a cycle at each
+        outermost `draft`, the default maps' rule."""
+        from tracekit.store.raw.files import read_json
+        from tracekit.store.raw.run import CYCLE_RULE_KEY, parse_cycle_rule
 
-        try:
-            pmap = pm.load(path)
-        except Exception:
+        run, _why = read_json(run_json)
+        if CYCLE_RULE_KEY not in run:
             return cls(starts_with="draft")
-        return cls(require=pmap.cycle.require, starts_with=pmap.cycle.starts_with)
+        try:
+            rule = parse_cycle_rule(run[CYCLE_RULE_KEY], run_json)
+        except InputError:
+            return cls(starts_with="draft")
+        return cls(require=rule["require"], starts_with=rule["starts_with"])
 
 
 def _span(r: dict[str, Any]) -> tuple[int, int]:

@@ -24,7 +24,6 @@ SITES = [
     {"code": 2, "kind": "phase", "phase": "allreduce", "target": "m:ar"},
     {"code": 3, "kind": "cycle", "phase": "cycle", "target": "m:step"},
 ]
-MAP = '[adapter]\nname = "t"\n[[phase]]\nname = "draft"\ntargets = ["m:draft"]\n[cycle]\ntargets = ["m:step"]\n'
 
 
 def _row(
@@ -53,7 +52,9 @@ def _cycle_rows(c: int, t0: int, seq0: int) -> list[dict[str, Any]]:
 def _write_raw(raw: Path, pid: int, rank: int, batches: list[list[dict[str, Any]]]) -> Path:
     d = raw / f"pid-{pid}"
     d.mkdir(parents=True)
-    (raw / "phasemap.toml").write_text(MAP)
+    # the map's cycle rule (cycle target m:step) as the launcher writes it into run.json
+    rule = {"targets": ["m:step"], "starts_with": None, "require": None, "delta_phases": {}}
+    (raw.parent / "run.json").write_text(json.dumps({"cycle_rule": {**rule, "cycle_delta": None}}))
     (d / "sites.json").write_text(json.dumps({"sites": SITES}))
     (d / "process.json").write_text(
         json.dumps({"pid": pid, "rank_info": {"env_rank": rank}, "finished": True})
