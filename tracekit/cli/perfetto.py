@@ -35,7 +35,7 @@ def command(run_dir: Path, output: Path | None, flows: bool, force: bool) -> Non
         tracekit perfetto runs/demo-001 -o demo.pftrace --flows
         tracekit view runs/demo-001/tracekit.pftrace
     """
-    from tracekit.export.perfetto import export
+    from tracekit.export.perfetto import export_run
     from tracekit.store.layout import RunLayout
 
     if not run_dir.is_dir():
@@ -45,7 +45,7 @@ def command(run_dir: Path, output: Path | None, flows: bool, force: bool) -> Non
     if out.exists() and not force and output is not None:
         msg = f"file already exists, will not overwrite without --force: {out}"
         raise InputError(msg)
-    stats = export(run_dir, out, flows=flows)
+    stats = export_run(run_dir, out, flows=flows)
     for note in stats.notes:
         click.echo(f"note: {note}", err=True)
     size = out.stat().st_size

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     import polars as pl
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
 
+    from tracekit.analyzers.model import RankAnalysis, RunAnalysis
+
 SLICE_BEGIN = 1
 SLICE_END = 2
 INSTANT = 3
@@ -80,13 +82,6 @@ EVENT_COLUMNS = (
     "stream",
     "correlation",
 )
-
-
-def _read_columns() -> list[str]:
-    """EVENT_COLUMNS and the analyzers' columns (one read of the events table serves both)."""
-    from tracekit.analyzers._load import EVENT_COLUMNS as ANALYZER_COLUMNS
-
-    return list(dict.fromkeys([*EVENT_COLUMNS, *ANALYZER_COLUMNS]))
 
 
 BREAKDOWN_ARGS = (
@@ -127,7 +122,7 @@ def write_perfetto(
     run_dir: Path, out_path: Path, *, flows: bool = False, jobs: int | None = None
 ) -> Path:
     """Write `run_dir` as a native Perfetto trace at `out_path`; return the path."""
-    return export(run_dir, out_path, flows=flows, jobs=jobs).path
+    return export_run(run_dir, out_path, flows=flows, jobs=jobs).path
 
 
 # Below this many events, ranks are written in this process (starting workers costs ~1 s).
@@ -136,71 +131,141 @@ PARALLEL_MIN_EVENTS = 400_000
 # and the copy of their files cost more than they save (docs/BENCHMARKS.md, "Outputs").
 PARALLEL_MIN_CPUS = 4
 
+NO_PHASES = (
+    "no phases found (no `tracekit/<phase>` or known annotation ranges, "
+    "no collector `phases` table)"
+)
 
-def export(
+
+def export_run(
     run_dir: Path, out_path: Path, *, flows: bool = False, jobs: int | None = None
 ) -> ExportStats:
-    """`write_perfetto`, returning what was written.
+    """`write_perfetto`, returning what was written: the run analysed once (`analyze`), then
+    exported.
 
-    Ranks are independent packet sequences, so with `jobs` > 1 (default: one per CPU for runs
-    of at least PARALLEL_MIN_EVENTS events on PARALLEL_MIN_CPUS CPUs or more) worker processes
-    write ranks to temporary files,
-    which are then appended in rank order; each worker holds one rank at a time.
+    A run the analysis refuses as a whole (no phases anywhere, no cycle anywhere, a rank whose
+    rows it cannot read) is still exported: each rank's own analysis where it has one
+    (`analyze_rank`: the phases of a run without cycles), a note for each rank without.
     """
     run_dir = Path(run_dir)
-    out_path = Path(out_path)
-    _keep_freed_memory()
+    _check_run_dir(run_dir)
+    from tracekit.analyzers.model import analyze
+
+    try:
+        analysis = analyze(run_dir)
+    except TracekitError:
+        ranks, notes = _ranks_one_by_one(run_dir)
+        return _export(run_dir, ranks, notes, out_path, flows=flows, jobs=jobs)
+    return export(analysis, out_path, flows=flows, jobs=jobs)
+
+
+def export(
+    analysis: RunAnalysis, out_path: Path, *, flows: bool = False, jobs: int | None = None
+) -> ExportStats:
+    """Write the run `analysis` describes as a native Perfetto trace at `out_path`.
+
+    Its phases, cycles and their breakdown come from `analysis`; each rank's events, counters
+    and process names are read from the store, one rank at a time. Ranks are independent
+    packet sequences, so with `jobs` > 1 (default: one per CPU for runs of at least
+    PARALLEL_MIN_EVENTS events on PARALLEL_MIN_CPUS CPUs or more) worker processes write ranks
+    to temporary files, which are then appended in rank order; each worker holds one rank.
+    """
+    run_dir = Path(analysis.run_dir)
+    _check_run_dir(run_dir)
+    ranks = {r.rank: r for r in analysis.ranks}
+    return _export(run_dir, ranks, {}, out_path, flows=flows, jobs=jobs)
+
+
+def _check_run_dir(run_dir: Path) -> None:
     if not run_dir.is_dir():
         msg = f"{run_dir}: not a run directory; give the directory `tracekit launch`, `tracekit demo` or `tracekit ingest -o` wrote"
         raise InputError(msg)
-    tables = {
-        t: reader.has_table(run_dir, t)
-        for t in ("events", "phases", "cycles", "counters", "manifests")
-    }
-    if not (tables["events"] or tables["phases"] or tables["cycles"]):
+    if not any(reader.has_table(run_dir, t) for t in ("events", "phases", "cycles")):
         msg = (
             f"{run_dir}: no `events`, `phases` or `cycles` table in the store; "
             "create it with `tracekit ingest TRACES -o RUN_DIR` or `tracekit merge RUN_DIR`"
         )
         raise StoreError(msg)
-    all_ranks = sorted(
+
+
+def _ranks_one_by_one(run_dir: Path) -> tuple[dict[int, RankAnalysis], dict[int, str]]:
+    """Each rank's analysis on its own, for a run `analyze` refused as a whole; a note for
+    each rank without one (no phases, or an error reading them)."""
+    from tracekit.analyzers.allreduce import load_impl_table
+    from tracekit.analyzers.model import analyze_rank
+    from tracekit.analyzers.rules import load_rules
+
+    rules, table = load_rules(None), load_impl_table(None)
+    ranks: dict[int, RankAnalysis] = {}
+    notes: dict[int, str] = {}
+    for rank in _all_ranks(run_dir, _tables(run_dir)):
+        try:
+            ra = analyze_rank(run_dir, rank, rules, table)
+        except TracekitError as exc:
+            notes[rank] = f"phases and breakdown unavailable: {exc}"
+            continue
+        if ra is not None:
+            ranks[rank] = ra
+    return ranks, notes
+
+
+def _tables(run_dir: Path) -> dict[str, bool]:
+    return {
+        t: reader.has_table(run_dir, t)
+        for t in ("events", "phases", "cycles", "counters", "manifests")
+    }
+
+
+def _all_ranks(run_dir: Path, tables: dict[str, bool]) -> list[int]:
+    return sorted(
         {r for t, present in tables.items() if present for r in reader.ranks(run_dir, t)}
     )
-    stats = ExportStats(path=out_path, ranks=all_ranks)
+
+
+def _jobs(run_dir: Path, tables: dict[str, bool], n_ranks: int, jobs: int | None) -> int:
     if jobs is None:
         jobs = 1
-        if len(all_ranks) > 1 and tables["events"] and (os.cpu_count() or 1) >= PARALLEL_MIN_CPUS:
+        if n_ranks > 1 and tables["events"] and (os.cpu_count() or 1) >= PARALLEL_MIN_CPUS:
             n_events = sum(pq_rows(f) for _, f in reader.table_files(run_dir, "events"))
             if n_events >= PARALLEL_MIN_EVENTS:
-                jobs = min(len(all_ranks), os.cpu_count() or 1)
-    jobs = max(1, min(jobs, len(all_ranks) or 1))
+                jobs = min(n_ranks, os.cpu_count() or 1)
+    return max(1, min(jobs, n_ranks or 1))
 
+
+def _export(
+    run_dir: Path,
+    ranks: dict[int, RankAnalysis],
+    notes: dict[int, str],
+    out_path: Path,
+    *,
+    flows: bool,
+    jobs: int | None,
+) -> ExportStats:
+    """The trace of `run_dir` with the ranks' analyses `ranks` (`notes`: why a rank has none,
+    by rank; default NO_PHASES)."""
+    out_path = Path(out_path)
+    _keep_freed_memory()
+    tables = _tables(run_dir)
+    all_ranks = _all_ranks(run_dir, tables)
+    stats = ExportStats(path=out_path, ranks=all_ranks)
+    jobs = _jobs(run_dir, tables, len(all_ranks), jobs)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     parts: list[Path] = []
+    work = [
+        _RankWork(run_dir, r, ranks.get(r), notes.get(r, NO_PHASES), flows, tables)
+        for r in all_ranks
+    ]
     try:
         with tmp.open("wb") as f:
             if jobs == 1:
                 context = _RunContext.load(run_dir, tables)
                 writer = _Writer.on(f)
-                for rank in all_ranks:
-                    _RankExport(writer, context, run_dir, rank, flows=flows, stats=stats).write()
+                for w in work:
+                    _RankExport(writer, context, w, stats=stats).write()
             else:
-                import multiprocessing as mp
-                from concurrent.futures import ProcessPoolExecutor
-
-                parts = [tmp.with_name(f"{tmp.name}.rank{r}") for r in all_ranks]
-                with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-                    futures = [
-                        pool.submit(_rank_to_file, run_dir, r, flows, tables, part)
-                        for r, part in zip(all_ranks, parts)
-                    ]
-                    for fut, part in zip(futures, parts):
-                        part_stats = fut.result()
-                        stats.merge(part_stats)
-                        with part.open("rb") as pf:
-                            shutil.copyfileobj(pf, f, 1 << 22)
-                        part.unlink()
+                parts = [tmp.with_name(f"{tmp.name}.rank{w.rank}") for w in work]
+                _parallel(work, parts, jobs, f, stats)
             # last: the run's metadata, with the notes of every rank
             _Writer.on(f).metadata(run_dir, tables, stats)
         tmp.replace(out_path)
@@ -210,6 +275,22 @@ def export(
             part.unlink(missing_ok=True)
         raise
     return stats
+
+
+def _parallel(
+    work: list[_RankWork], parts: list[Path], jobs: int, f: IO[bytes], stats: ExportStats
+) -> None:
+    """Each rank written by a worker process into its part, the parts appended in order."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_rank_to_file, w, part) for w, part in zip(work, parts)]
+        for fut, part in zip(futures, parts):
+            stats.merge(fut.result())
+            with part.open("rb") as pf:
+                shutil.copyfileobj(pf, f, 1 << 22)
+            part.unlink()
 
 
 _MALLOC_TUNED = False
@@ -244,15 +325,25 @@ def pq_rows(path: Path) -> int:
     return int(pq.ParquetFile(path).metadata.num_rows)
 
 
-def _rank_to_file(
-    run_dir: Path, rank: int, flows: bool, tables: dict[str, bool], part: Path
-) -> ExportStats:
+@dataclass(frozen=True)
+class _RankWork:
+    """One rank to write: its analysis (None: `note` says why there is none)."""
+
+    run_dir: Path
+    rank: int
+    analysis: RankAnalysis | None
+    note: str
+    flows: bool
+    tables: dict[str, bool]
+
+
+def _rank_to_file(work: _RankWork, part: Path) -> ExportStats:
     """Worker: one rank's packets into `part`."""
     _keep_freed_memory()
-    stats = ExportStats(path=part, ranks=[rank])
-    context = _RunContext.load(run_dir, tables)
+    stats = ExportStats(path=part, ranks=[work.rank])
+    context = _RunContext.load(work.run_dir, work.tables)
     with part.open("wb") as f:
-        _RankExport(_Writer.on(f), context, run_dir, rank, flows=flows, stats=stats).write()
+        _RankExport(_Writer.on(f), context, work, stats=stats).write()
     return stats
 
 
@@ -275,42 +366,6 @@ class _RunContext:
             for row in man.iter_rows(named=True):
                 processes.setdefault(int(row["rank"]), {})[str(row["key"])] = str(row["value"])
         return cls(tables=tables, processes=processes)
-
-
-def _rank_analysis(
-    run_dir: Path,
-    rank: int,
-    tables: dict[str, bool],
-    notes: list[str],
-    events: pl.DataFrame | None = None,
-) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-    """(phase instances, breakdown) of one rank from `tracekit.analyzers` (the same per-rank
-    steps `breakdown()` runs).
-
-    `events`: the rank's events table as the export read it (with the analyzers' columns), so
-    the analyzers need not read it again."""
-    from tracekit.analyzers._load import prime_events
-    from tracekit.analyzers.allreduce import load_impl_table
-    from tracekit.analyzers.breakdown import rank_breakdown, rank_intervals
-    from tracekit.analyzers.phases import rank_phases
-    from tracekit.analyzers.rules import load_rules
-
-    try:
-        if events is not None:
-            prime_events(run_dir, rank, events)
-        rp = rank_phases(run_dir, rank, load_rules(None))
-        if rp is None:
-            notes.append(
-                f"rank {rank}: no phases found (no `tracekit/<phase>` or known annotation ranges, "
-                "no collector `phases` table)"
-            )
-            return None, None
-        table = load_impl_table(None)
-        bd = rank_breakdown(run_dir, rp, table, rank_intervals(run_dir, rp, table))
-        return rp.instances, bd
-    except TracekitError as exc:
-        notes.append(f"rank {rank}: phases and breakdown unavailable: {exc}")
-        return None, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -461,17 +516,17 @@ class _RankExport:
         self,
         writer: _Writer,
         context: _RunContext,
-        run_dir: Path,
-        rank: int,
+        work: _RankWork,
         *,
-        flows: bool,
         stats: ExportStats,
     ) -> None:
         self.w = writer
         self.ctx = context
-        self.run_dir = run_dir
-        self.rank = rank
-        self.flows = flows
+        self.run_dir = work.run_dir
+        self.rank = rank = work.rank
+        self.analysis = work.analysis
+        self.note = work.note
+        self.flows = work.flows
         self.stats = stats
         self.seq = rank + 2
         self.base = (rank + 1) << _RANK_SHIFT
@@ -573,14 +628,13 @@ class _RankExport:
 
         events = (
             reader.scan_table(self.run_dir, "events", rank=self.rank)
-            .select(_read_columns())
+            .select(EVENT_COLUMNS)
             .collect()
             if self.ctx.tables["events"] and self.rank in reader.ranks(self.run_dir, "events")
             else None
         )
-        self.phase_frame, self.bd = _rank_analysis(
-            self.run_dir, self.rank, self.ctx.tables, self.stats.notes, events
-        )
+        if self.analysis is None:
+            self.stats.notes.append(f"rank {self.rank}: {self.note}")
         info = self.ctx.processes.get(self.rank, {})
         pid = _int_or_none(info.get("pid"))
         if pid is None and events is not None:
@@ -616,47 +670,14 @@ class _RankExport:
     def cycles(self, proc: int) -> list[_Slices]:
         import polars as pl
 
-        bd = self._breakdown()
-        if self.ctx.tables["cycles"] and self.rank in reader.ranks(self.run_dir, "cycles"):
-            cyc = reader.read_table(self.run_dir, "cycles", rank=self.rank).select(
-                "cycle", "start_ns", "end_ns", "accept_len"
-            )
-        elif bd is not None and bd.height:
-            cyc = (
-                bd.group_by("cycle")
-                .agg(
-                    pl.col("start_ns").min(),
-                    (pl.col("start_ns") + pl.col("wall_ns")).max().alias("end_ns"),
-                    pl.col("accept_len").max()
-                    if "accept_len" in bd.columns
-                    else pl.lit(None).alias("accept_len"),
-                )
-                .sort("cycle")
-            )
-        else:
+        ra = self.analysis
+        summed = ra is not None and ra.breakdown is not None and ra.breakdown.height > 0
+        cyc = self._cycle_ranges()
+        if cyc is None or cyc.height == 0:
             return []
-        if cyc.height == 0:
-            return []
-        summed = bd is not None and bd.height > 0
-        if bd is not None and summed:
-            agg = bd.group_by("cycle").agg(
-                pl.col("wall_ns").sum(),
-                pl.col("forward_ns").sum(),
-                pl.col("allreduce_ns").sum(),
-                pl.col("overhead_ns").sum(),
-                pl.col("graph_replayed").any(),
-                pl.col("allreduce_impl").drop_nulls().unique().sort().str.join(","),
-            )
-            # a cycle without breakdown rows gets no sums; an empty impl list none either
-            cyc = cyc.join(
-                agg.with_columns(
-                    pl.col("cycle").cast(cyc["cycle"].dtype),
-                    pl.when(pl.col("allreduce_impl") != "").then(pl.col("allreduce_impl")),
-                ),
-                on="cycle",
-                how="left",
-                maintain_order="left",
-            )
+        if ra is not None and summed:
+            sums = _cycle_sums(ra).with_columns(pl.col("cycle").cast(cyc["cycle"].dtype))
+            cyc = cyc.join(sums, on="cycle", how="left", maintain_order="left")
         cyc = cyc.sort("start_ns")
         track = self.descriptor("cycles", parent=proc, rank_order=0)
         starts = cyc["start_ns"].to_numpy().astype(np.int64)
@@ -682,36 +703,48 @@ class _RankExport:
             nested=False,
         )
 
-    def _breakdown(self) -> pl.DataFrame | None:
-        return self.bd
+    def _cycle_ranges(self) -> pl.DataFrame | None:
+        """The rank's cycles as slices (cycle, start_ns, end_ns, accept_len): every cycle the
+        collector recorded (the store's `cycles` table: CPU ranges, in full mode beyond the
+        profiled window), else those of the breakdown, each from its first phase's start to
+        its last phase's end (start_ns + wall_ns)."""
+        import polars as pl
+
+        if self.ctx.tables["cycles"] and self.rank in reader.ranks(self.run_dir, "cycles"):
+            table: pl.DataFrame = reader.read_table(self.run_dir, "cycles", rank=self.rank)
+            return table.select("cycle", "start_ns", "end_ns", "accept_len")
+        bd = None if self.analysis is None else self.analysis.breakdown
+        if bd is None or bd.height == 0:
+            return None
+        ranges: pl.DataFrame = (
+            bd.group_by("cycle")
+            .agg(
+                pl.col("start_ns").min(),
+                (pl.col("start_ns") + pl.col("wall_ns")).max().alias("end_ns"),
+                pl.col("accept_len").max(),
+            )
+            .sort("cycle")
+        )
+        return ranges
 
     def phases(self, proc: int) -> list[_Slices]:
         import polars as pl
 
-        ph = self.phase_frame
-        if ph is None:
+        ra = self.analysis
+        if ra is None or ra.phases.instances.height == 0:
             return []
-        ph = ph.sort("start_ns")
-        if ph.height == 0:
-            return []
-        bd = self._breakdown()
-        top = ph.select("cycle", "phase", "start_ns", "end_ns", "depth", "parent").with_columns(
-            pl.col("phase").cast(pl.String), pl.col("parent").cast(pl.String)
+        top = (
+            ra.phases.instances.sort("start_ns")
+            .select("rank", "inst", "cycle", "phase", "start_ns", "end_ns", "depth", "parent")
+            .with_columns(pl.col("phase").cast(pl.String), pl.col("parent").cast(pl.String))
         )
         # a run without cycles has phase instances but no breakdown rows: phases only
+        bd = ra.breakdown
         present = [k for k in BREAKDOWN_ARGS if bd is not None and bd.height and k in bd.columns]
         if bd is not None and present:
-            # a breakdown row is a top-level phase instance: same cycle, phase and CPU start
-            right = bd.select(
-                pl.col("cycle"),
-                pl.col("phase").cast(pl.String),
-                pl.col("start_ns"),
-                *[pl.col(k) for k in present],
-                pl.lit(0, dtype=top["depth"].dtype).alias("depth"),
-            ).unique(["cycle", "phase", "start_ns"], keep="first")
-            top = top.join(
-                right, on=["cycle", "phase", "start_ns", "depth"], how="left", maintain_order="left"
-            )
+            # a breakdown row is a top-level phase instance: the same (rank, inst)
+            right = bd.select("rank", "inst", *present)
+            top = top.join(right, on=["rank", "inst"], how="left", maintain_order="left")
         track = self.descriptor("phases", parent=proc, rank_order=1)
         starts = top["start_ns"].to_numpy().astype(np.int64)
         ends = np.maximum(top["end_ns"].to_numpy().astype(np.int64), starts)
@@ -1063,6 +1096,37 @@ class _RankExport:
                 )
             )
             self.stats.counters += sel.height
+
+
+def _cycle_sums(ra: RankAnalysis) -> pl.DataFrame:
+    """Per cycle of one rank: wall_ns (the cycle frame's: the sum of its phases), and the sums
+    of its breakdown rows' forward, allreduce and overhead, whether any replayed a graph, the
+    allreduce implementations (comma-joined; null for none)."""
+    import polars as pl
+
+    assert ra.breakdown is not None
+    assert ra.cycles is not None
+    sums = ra.breakdown.group_by("cycle").agg(
+        pl.col("forward_ns").sum(),
+        pl.col("allreduce_ns").sum(),
+        pl.col("overhead_ns").sum(),
+        pl.col("graph_replayed").any(),
+        pl.col("allreduce_impl").drop_nulls().unique().sort().str.join(","),
+    )
+    out: pl.DataFrame = (
+        ra.cycles.select("cycle", "wall_ns")
+        .join(sums, on="cycle", how="left")
+        .select(
+            "cycle",
+            "wall_ns",
+            "forward_ns",
+            "allreduce_ns",
+            "overhead_ns",
+            "graph_replayed",
+            pl.when(pl.col("allreduce_impl") != "").then(pl.col("allreduce_impl")),
+        )
+    )
+    return out
 
 
 def _chunks(n: int, size: int) -> Iterator[slice]:
