@@ -326,8 +326,7 @@ def test_phase_args_are_joined_on_the_instance_id(tmp_path: Path) -> None:
     rb = read_back(export(replace(analysis, ranks=(ra,)), tmp_path / "i.pftrace").path)
     # THEN each phase slice has its own instance's row, and each cycle its cycle frame's wall
     inst = {
-        (p, s): i
-        for p, s, i in ra.phases.instances.select("phase", "start_ns", "inst").iter_rows()
+        (p, s): i for p, s, i in ra.phases.instances.select("phase", "start_ns", "inst").iter_rows()
     }
     kids = {rb.track_name(u): u for u in rb.children(next(iter(_rank_tracks(rb).values())))}
     phases = [s for s in rb.slices if s.track == kids["phases"]]
@@ -344,7 +343,7 @@ def test_parallel_ranks_write_the_same_trace(tmp_path: Path) -> None:
     one = read_back(write_perfetto(tmp_path / "run", tmp_path / "one.pftrace", flows=True, jobs=1))
     two = read_back(write_perfetto(tmp_path / "run", tmp_path / "two.pftrace", flows=True, jobs=2))
 
-    def content(rb: ReadBack) -> Counter:
+    def content(rb: ReadBack) -> Counter[tuple[object, ...]]:
         return Counter(
             (
                 rb.track_name(s.track),
