@@ -1,7 +1,12 @@
-"""Reading one rank's rows from the store, only the columns an analyzer needs."""
+"""Reading one rank's rows from the store, only the columns an analyzer needs.
+
+`read_rank` reads a rank's inputs once (`RankInputs`); analyzers/model.py's `analyze_rank`
+hands them to the phase, interval and cycle code and drops them when the rank is done.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -12,17 +17,6 @@ from tracekit.store.reader import check_schema_version, has_table, ranks, scan_t
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-
-
-def run_ranks(run_dir: Path) -> list[int]:
-    """Ranks that have events or collector phase records."""
-    out: set[int] = set()
-    for table in ("events", "phases"):
-        if has_table(run_dir, table):
-            out.update(ranks(run_dir, table))
-    return sorted(out)
-
-
 EVENT_COLUMNS = (
     "cat",
     "name",
@@ -36,36 +30,49 @@ EVENT_COLUMNS = (
 )
 KEPT_CATS = (*GPU_CATS, *RUNTIME_CATS, "user_annotation", "cpu_op")
 
-# One rank's rows, read once and shared by the phase and breakdown passes over that rank. One
-# slot only: the analyzers go rank by rank, so memory stays at one rank's worth.
-_cache: dict[tuple[str, int, tuple[tuple[str, float], ...]], pl.DataFrame] = {}
+
+@dataclass(frozen=True)
+class RankInputs:
+    """What the analysis of one rank reads from the store.
+
+    `events`: its events table (EVENT_COLUMNS, rows of KEPT_CATS, file order), None without
+    one; `phases` / `cycles`: the collector's tables (merge), None without them."""
+
+    run_dir: Path
+    rank: int
+    events: pl.DataFrame | None
+    phases: pl.DataFrame | None
+    cycles: pl.DataFrame | None
 
 
-def _key(run_dir: Path, rank: int) -> tuple[str, int, tuple[tuple[str, float], ...]]:
-    files = tuple(
-        (str(f), f.stat().st_mtime) for r, f in table_files(run_dir, "events") if r == rank
+def run_ranks(run_dir: Path) -> list[int]:
+    """Ranks that have events or collector phase records."""
+    out: set[int] = set()
+    for table in ("events", "phases"):
+        if has_table(run_dir, table):
+            out.update(ranks(run_dir, table))
+    return sorted(out)
+
+
+def read_rank(run_dir: Path, rank: int, events: pl.DataFrame | None = None) -> RankInputs:
+    """The rank's inputs. `events`: its events table as a caller read it already (at least
+    EVENT_COLUMNS, all rows in file order), so that the files are not read again."""
+    run_dir = Path(run_dir)
+    if events is not None:
+        frame: pl.DataFrame | None = events.select(EVENT_COLUMNS)
+    elif has_table(run_dir, "events") and rank in ranks(run_dir, "events"):
+        frame = _read_parts(run_dir, rank)
+    else:
+        frame = None
+    if frame is not None:
+        frame = frame.filter(pl.col("cat").is_in(KEPT_CATS))
+    return RankInputs(
+        run_dir,
+        rank,
+        frame,
+        _read_table(run_dir, "phases", rank),
+        _read_table(run_dir, "cycles", rank),
     )
-    return (str(Path(run_dir).resolve()), rank, files)
-
-
-def prime_events(run_dir: Path, rank: int, events: pl.DataFrame) -> None:
-    """Hand the analyzers a rank's events table the caller has read already (at least
-    EVENT_COLUMNS, all rows in file order), so that they do not read the files again."""
-    _cache.clear()
-    _cache[_key(run_dir, rank)] = events.select(EVENT_COLUMNS).filter(
-        pl.col("cat").is_in(KEPT_CATS)
-    )
-
-
-def _read_events(run_dir: Path, rank: int) -> pl.DataFrame:
-    key = _key(run_dir, rank)
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
-    _cache.clear()
-    frame = _read_parts(run_dir, rank).filter(pl.col("cat").is_in(KEPT_CATS))
-    _cache[key] = frame
-    return frame
 
 
 def _read_parts(run_dir: Path, rank: int) -> pl.DataFrame:
@@ -86,29 +93,18 @@ def _read_parts(run_dir: Path, rank: int) -> pl.DataFrame:
     return merged.select(EVENT_COLUMNS)
 
 
-def scan_events(run_dir: Path, rank: int) -> pl.LazyFrame | None:
-    """The rank's events (the columns and categories the analyzers use), or None."""
-    if not has_table(run_dir, "events") or rank not in ranks(run_dir, "events"):
-        return None
-    return _read_events(run_dir, rank).lazy()
-
-
-def read_rank_table(run_dir: Path, table: str, rank: int) -> pl.DataFrame | None:
+def _read_table(run_dir: Path, table: str, rank: int) -> pl.DataFrame | None:
     if not has_table(run_dir, table) or rank not in ranks(run_dir, table):
         return None
     return scan_table(run_dir, table, rank=rank).collect()
 
 
-def annotation_rows(events: pl.LazyFrame) -> pl.DataFrame:
+def annotation_rows(events: pl.DataFrame) -> pl.DataFrame:
     """Complete CPU ranges that may be phases: `user_annotation` rows (record_function)."""
-    return (
-        events.filter((pl.col("cat") == "user_annotation") & (pl.col("ph") == "X"))
-        .select(
-            pl.col("name").cast(pl.String),
-            "pid",
-            "tid",
-            "start_ns",
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        )
-        .collect()
+    return events.filter((pl.col("cat") == "user_annotation") & (pl.col("ph") == "X")).select(
+        pl.col("name").cast(pl.String),
+        "pid",
+        "tid",
+        "start_ns",
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
     )

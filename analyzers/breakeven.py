@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.steady import CycleChoice, decide
 from tracekit.analyzers.summary import cycle_totals
 from tracekit.errors import InputError
@@ -61,13 +61,13 @@ def breakeven(
     return out
 
 
-def run_cycles(run_dir: Path, choice: CycleChoice | None = None) -> dict[str, Any]:
+def run_cycles(analysis: RunAnalysis, choice: CycleChoice | None = None) -> dict[str, Any]:
     """A run's steady-state cycle figures (summary.cycle_totals) and its steady state."""
-    recorded = analyze(run_dir).recorded
+    recorded = analysis.recorded
     steady = decide(recorded, choice)
     totals = cycle_totals(steady.keep(recorded))
     if not (totals["cycle_ms_mean"] or 0) > 0:
-        msg = f"{run_dir}: no cycle with device time; is this a run directory with phases?"
+        msg = f"{analysis.run_dir}: no cycle with device time; is this a run directory with phases?"
         raise InputError(msg)
     return {**totals, "steady": steady.to_json()}
 
@@ -75,6 +75,24 @@ def run_cycles(run_dir: Path, choice: CycleChoice | None = None) -> dict[str, An
 def breakeven_runs(
     baseline: Path,
     spec: Path,
+    *,
+    accept_len: float | None = None,
+    verify_faster_ms: float | None = None,
+    choice: CycleChoice | None = None,
+) -> dict[str, Any]:
+    """`breakeven_of` the runs in two run directories."""
+    return breakeven_of(
+        analyze(baseline),
+        analyze(spec),
+        accept_len=accept_len,
+        verify_faster_ms=verify_faster_ms,
+        choice=choice,
+    )
+
+
+def breakeven_of(
+    baseline: RunAnalysis,
+    spec: RunAnalysis,
     *,
     accept_len: float | None = None,
     verify_faster_ms: float | None = None,

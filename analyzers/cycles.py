@@ -1,24 +1,28 @@
-"""Cycles: which speculative iteration each phase instance belongs to.
+"""Cycles of a rank's trace: the ranges of its speculative iterations.
 
 In order of preference: `tracekit/cycle` ranges in the trace; the collector's `cycles` table;
 failing both, a cycle starts at each top-level `draft` instance (or, in a run without drafts such
 as a plain-decoding baseline, at each top-level instance of the first phase seen). Cycle numbers
 come from the collector's table when it has the cycle, else they count from 0 on each rank.
+Which cycle a phase instance belongs to is tracekit/store/placement.py's rule (`place`).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-CYCLE_COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "accept_len", "source"]
-_CYCLE_SCHEMA = {
+from tracekit.store.numbering import cycle_source
+from tracekit.store.placement import place
+
+CYCLE_SCHEMA = {  # a rank's cycles frame (RankPhases.cycles)
     "rank": pl.Int32,
     "cycle": pl.Int64,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
     "accept_len": pl.Float64,
-    "source": pl.String,
+    "source": pl.String,  # numbering.CycleSource's values
 }
+CYCLE_COLUMNS = list(CYCLE_SCHEMA)
 
 
 def _outermost(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -66,7 +70,17 @@ def _starts_with(top: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         pl.int_range(pl.len(), dtype=pl.Int64).alias("cycle"),
         pl.lit(None, dtype=pl.Float64).alias("accept_len"),
     )
-    return ranges, f"starts_with:{marker}"
+    return ranges, cycle_source("starts_with", marker)
+
+
+def _collector_ranges(collector: pl.DataFrame) -> pl.DataFrame:
+    return collector.select(
+        "cycle",
+        "start_ns",
+        "end_ns",
+        pl.col("accept_len").cast(pl.Float64),
+        pl.col("source").cast(pl.String).fill_null(cycle_source("cycles")),
+    )
 
 
 def assign_cycles(
@@ -76,42 +90,17 @@ def assign_cycles(
     top = inst.filter(pl.col("depth") == 0)
     if marks.height:
         ranges = _match_collector(_outermost(marks.select("start_ns", "end_ns")), collector)
-        source = "cycle_annotation"
+        source = cycle_source("cycle_annotation")
     elif collector is not None and collector.height:
-        ranges = collector.select(
-            "cycle",
-            "start_ns",
-            "end_ns",
-            pl.col("accept_len").cast(pl.Float64),
-            pl.col("source").cast(pl.String).fill_null("cycles"),
-        )
-        source = None
+        ranges, source = _collector_ranges(collector), None
     else:
         ranges, source = _starts_with(top)
     if source is not None:
         ranges = ranges.with_columns(pl.lit(source).alias("source"))
     ranges = ranges.sort("start_ns")
-    lookup = ranges.select(
-        pl.col("start_ns").alias("_rs"), pl.col("end_ns").alias("_re"), pl.col("cycle").alias("_rc")
-    )
-    # A top-level instance belongs to the cycle that holds its midpoint: its annotation and the
-    # collector's record of the same call differ by microseconds at either end (two clocks,
-    # the profiler range opened inside the record), which must not move it to another cycle.
-    tagged = (
-        top.select("inst", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("_mid"))
-        .sort("_mid")
-        .join_asof(lookup, left_on="_mid", right_on="_rs")
-        .select(
-            pl.col("inst").alias("top"),
-            pl.when(pl.col("_rc").is_not_null() & (pl.col("_mid") < pl.col("_re")))
-            .then(pl.col("_rc"))
-            .otherwise(-1)
-            .alias("cycle"),
-        )
-    )
-    out = inst.drop("cycle", strict=False).join(tagged, on="top", how="left")
+    out = place(inst, ranges)
     cycles = ranges.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank")).select(
-        [pl.col(c).cast(t) for c, t in _CYCLE_SCHEMA.items()]
+        [pl.col(c).cast(t) for c, t in CYCLE_SCHEMA.items()]
     )
     return out, cycles
 
@@ -121,13 +110,7 @@ def cycles_from_collector(
 ) -> pl.DataFrame:
     """Cycles of a light-mode rank: the collector's table, else each cycle's phase extent."""
     if collector is not None and collector.height:
-        ranges = collector.select(
-            "cycle",
-            "start_ns",
-            "end_ns",
-            pl.col("accept_len").cast(pl.Float64),
-            pl.col("source").cast(pl.String).fill_null("cycles"),
-        )
+        ranges = _collector_ranges(collector)
     else:
         ranges = (
             inst.filter(pl.col("cycle") >= 0)
@@ -139,10 +122,10 @@ def cycles_from_collector(
                 if "accept_len" in inst.columns
                 else pl.lit(None, dtype=pl.Float64).alias("accept_len"),
             )
-            .with_columns(pl.lit("phases").alias("source"))
+            .with_columns(pl.lit(cycle_source("phases")).alias("source"))
         )
     return (
         ranges.with_columns(pl.lit(rank, dtype=pl.Int32).alias("rank"))
-        .select([pl.col(c).cast(t) for c, t in _CYCLE_SCHEMA.items()])
+        .select([pl.col(c).cast(t) for c, t in CYCLE_SCHEMA.items()])
         .sort("cycle")
     )

@@ -6,27 +6,28 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyzers.allreduce import load_impl_table
-from tracekit.analyzers.breakdown import rank_intervals
-from tracekit.analyzers.phases import iter_rank_phases
-from tracekit.analyzers.rules import load_rules
+from tracekit.analyzers.model import RunAnalysis, analyze
 
 
 def top_kernels(
     run_dir: Path, n: int = 10, *, rules: Path | None = None, impl_table: Path | None = None
 ) -> pl.DataFrame:
+    """`kernels_of` the run in `run_dir`."""
+    return kernels_of(analyze(Path(run_dir), rules=rules, impl_table=impl_table), n)
+
+
+def kernels_of(analysis: RunAnalysis, n: int = 10) -> pl.DataFrame:
     """Per phase the `n` names with the most summed duration: phase, name, count, total_ns,
     allreduce_impl (the implementation label of communication kernels, else null).
 
     Durations are each activity's own (start to end, overlaps counted twice), unlike the
-    breakdown's device-timeline shares."""
-    table = load_impl_table(impl_table)
+    breakdown's device-timeline shares. Light-mode ranks (no trace) have no kernels here."""
     frames = []
-    for rp in iter_rank_phases(Path(run_dir), load_rules(rules)):
-        if rp.approximate:
+    for ra in analysis.ranks:
+        if ra.phases.approximate or ra.intervals is None:
             continue
-        ivals, _ = rank_intervals(Path(run_dir), rp, table)
-        phases = rp.instances.select("inst", "phase")
+        ivals = ra.intervals
+        phases = ra.phases.instances.select("inst", "phase")
         frames.append(
             ivals.filter(pl.col("inst").is_not_null())
             .join(phases, on="inst", how="inner")

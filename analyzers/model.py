@@ -1,9 +1,10 @@
 """The analysis of a run: built once per command by `analyze`, read by every figure and output.
 
 `analyze(run_dir)` goes rank by rank (one rank's events in memory at a time; on Dask one task a
-rank): phase instances and cycles (analyzers/phases.py), device intervals attributed to the
-instances (analyzers/breakdown.py), the breakdown rows, the cycle frame (cycle times), every
-recorded cycle and the collectives. `RunAnalysis` holds the results; summary, breakdown, skew,
+rank): the rank's inputs read once (analyzers/_load.py), phase instances and cycles
+(analyzers/phases.py), device intervals attributed to the instances (analyzers/intervals.py),
+the breakdown rows (analyzers/breakdown.py), the cycle frame (cycle times) and every recorded
+cycle (analyzers/cycletime.py) and the collectives. `RunAnalysis` holds the results; summary, breakdown, skew,
 kernels, breakeven, diff, the report and the Perfetto export read them from it.
 
 Instance ids: `inst` numbers one rank's phase instances (sub-phases included) in the order
@@ -18,19 +19,13 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyzers import _load
+from tracekit.analyzers._load import read_rank, run_ranks
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
-from tracekit.analyzers.breakdown import (
-    _top,
-    collective_rows,
-    cycle_frame,
-    outside_cycles,
-    rank_breakdown,
-    rank_intervals,
-    recorded_cycles,
-)
+from tracekit.analyzers.breakdown import rank_breakdown
 from tracekit.analyzers.cyclerule import no_cycle_message
-from tracekit.analyzers.phases import RankPhases, _no_phases, rank_phases
+from tracekit.analyzers.cycletime import cycle_frame, outside_cycles, recorded_cycles
+from tracekit.analyzers.intervals import collective_rows, rank_intervals
+from tracekit.analyzers.phases import RankPhases, collector_phases, no_phases, rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.errors import NoCyclesError
 
@@ -93,33 +88,35 @@ class RunAnalysis:
 def analyze_rank(
     run_dir: Path | str, rank: int, rules: RuleTable, table: ImplTable
 ) -> RankAnalysis | None:
-    """One rank's analysis; None when the rank has no phases at all."""
-    path = Path(run_dir)
-    try:
-        rp = rank_phases(path, rank, rules)
-        if rp is None:
-            return None
-        counts = {str(n): int(c) for n, c in rp.instances.group_by("phase").len().iter_rows()}
-        if _top(rp).height == 0:  # phases but no cycle on this rank
-            return RankAnalysis(rank, rp, counts)
-        ivals, extras = rank_intervals(path, rp, table)
-        unknown = ivals.filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String)
-        bd = rank_breakdown(path, rp, table, (ivals, extras))
-        cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
-        return RankAnalysis(
-            rank,
-            rp,
-            counts,
-            intervals=ivals,
-            extras=extras,
-            breakdown=bd,
-            cycles=cyc,
-            recorded=recorded_cycles(path, rp, table, cyc),
-            collectives=collective_rows(rp, ivals),
-            unknown=tuple(sorted(unknown.to_list())),
-        )
-    finally:
-        _load._cache.clear()  # keep no rank's rows after its analysis
+    """One rank's analysis; None when the rank has no phases at all.
+
+    The rank's events are read here, once, and live only in `inputs`: they die when this
+    returns (the RankAnalysis keeps the intervals, not the events), so one rank's events are
+    in memory at a time."""
+    inputs = read_rank(Path(run_dir), rank)
+    rp = rank_phases(inputs, rules)
+    if rp is None:
+        return None
+    counts = {str(n): int(c) for n, c in rp.instances.group_by("phase").len().iter_rows()}
+    if rp.tops.height == 0:  # phases but no cycle on this rank
+        return RankAnalysis(rank, rp, counts)
+    ivals, extras = rank_intervals(inputs, rp, table)
+    unknown = ivals.filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String)
+    bd = rank_breakdown(rp, (ivals, extras))
+    cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
+    light = None if rp.approximate else collector_phases(inputs)  # every cycle of a full run
+    return RankAnalysis(
+        rank,
+        rp,
+        counts,
+        intervals=ivals,
+        extras=extras,
+        breakdown=bd,
+        cycles=cyc,
+        recorded=recorded_cycles(rp, cyc, light),
+        collectives=collective_rows(rp, ivals),
+        unknown=tuple(sorted(unknown.to_list())),
+    )
 
 
 def _cat(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
@@ -130,7 +127,7 @@ def combine(run_dir: Path, results: list[RankAnalysis | None]) -> RunAnalysis:
     """The run's analysis from its ranks' (in rank order; None: a rank without phases)."""
     found = [r for r in results if r is not None]
     if not found:
-        raise _no_phases(run_dir)
+        raise no_phases(run_dir)
     counts: dict[str, int] = {}
     for r in found:
         for name, n in r.counts.items():
@@ -161,7 +158,7 @@ def analyze(
     run_dir = Path(run_dir)
     rule_table = rules if isinstance(rules, RuleTable) else load_rules(rules)
     table = impl_table if isinstance(impl_table, ImplTable) else load_impl_table(impl_table)
-    ranks = _load.run_ranks(run_dir)
+    ranks = run_ranks(run_dir)
     from tracekit.distributed import current_engine
 
     engine = current_engine()

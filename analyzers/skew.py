@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.model import RunAnalysis, analyze
 
 SKEW_COLUMNS = [
     "cycle",
@@ -94,11 +94,16 @@ def skew_from(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def skew_of(analysis: RunAnalysis) -> pl.DataFrame:
+    """Per (cycle, phase) of an analysed run: SKEW_COLUMNS."""
+    return skew_from(analysis.breakdown, analysis.collectives)
+
+
 def skew(
     run_dir: Path, *, rules: Path | None = None, impl_table: Path | None = None
 ) -> pl.DataFrame:
     """Per (cycle, phase): SKEW_COLUMNS."""
-    return skew_from(*collectives(run_dir, rules=rules, impl_table=impl_table))
+    return skew_of(analyze(run_dir, rules=rules, impl_table=impl_table))
 
 
 def phase_skew(sk: pl.DataFrame) -> dict[str, dict[str, Any]]:

@@ -399,7 +399,7 @@ def nccl_dup() -> None:
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    from tracekit.demo.server import free_port
+    from tracekit.demo.ranks import free_port
 
     port = free_port()
     mp.spawn(_nccl_rank, args=(port,), nprocs=2, join=True)  # type: ignore[attr-defined,no-untyped-call]

@@ -192,15 +192,17 @@ def main() -> None:
         return [t.num_rows for t in kineto.fallback.iter_batches(trace, stats=stats)]
 
     def current_parquet() -> Any:
-        from tracekit.store.ingest import DICT_COLUMNS
-        from tracekit.store.schema import TABLES
+        from tracekit.store.schema import EVENTS_DICT_COLUMNS, TABLES
         from tracekit.store.writer import conform, with_metadata
 
         trace = kineto.load(path)
         stats = kineto.BatchStats()
         schema = with_metadata(TABLES["events"])
         with pq.ParquetWriter(
-            tmpdir / "f.parquet", schema, compression="zstd", use_dictionary=DICT_COLUMNS
+            tmpdir / "f.parquet",
+            schema,
+            compression="zstd",
+            use_dictionary=list(EVENTS_DICT_COLUMNS),
         ) as w:
             for t in kineto.fallback.iter_batches(trace, stats=stats):
                 w.write_table(conform("events", t).replace_schema_metadata(schema.metadata))

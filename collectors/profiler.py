@@ -49,7 +49,7 @@ class CycleWindow:
 
 
 class CycleCounter:
-    """Numbers the raw cycles of a process as merge numbers them (`merge._phases_and_cycles`):
+    """Numbers the raw cycles of a process as merge numbers them (`store/numbering.py`):
     a raw cycle (a cycle-target call, or a `starts_with` phase and what follows it) is a cycle
     when `require` is None or a `require` phase ran with that raw cycle's number; cycles are
     numbered from 0 in raw order. Fed incrementally by the recorder."""

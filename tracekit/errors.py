@@ -6,10 +6,7 @@ the error's `exit_code` (2 for bad input). Anything else is a bug and keeps its 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tracekit.store.ingest import IngestResult
+from typing import Any
 
 
 class TracekitError(Exception):
@@ -34,10 +31,11 @@ class IngestError(InputError):
     """Several inputs could not be ingested; the others were. `result` says what was written.
 
     A single bad input raises its own class (TraceFormatError, RankError, ...); every error
-    raised by `ingest` carries the `result` attribute.
+    raised by `ingest` carries the `result` attribute, a `tracekit.store.ingest.IngestResult`
+    (typed Any here: this module imports nothing of tracekit, so every layer can import it).
     """
 
-    def __init__(self, message: str, result: IngestResult) -> None:
+    def __init__(self, message: str, result: Any) -> None:
         super().__init__(message)
         self.result = result
 

@@ -24,7 +24,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from tracekit.analyzers._load import read_rank
 from tracekit.analyzers.phases import rank_phases
+from tracekit.analyzers.rules import load_rules
 from tracekit.store.reader import read_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -178,7 +180,7 @@ def test_full_mode_keeps_draft_and_matches_light_mode(hf: Path) -> None:
         "--", sys.executable, "prog.py", "spec", "1",
     )  # fmt: skip
     # WHEN the full run's phases come from its Kineto annotations
-    rp = rank_phases(full, 0)
+    rp = rank_phases(read_rank(full, 0), load_rules())
     assert rp is not None
     assert not rp.approximate
     inst = rp.instances.filter(pl.col("depth") == 0)

@@ -7,18 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import (
+from tracekit.cli._analysis import echo_json, echo_note, fmt, ms
+from tracekit.cli._console import make_console, new_table, print_table
+from tracekit.cli._options import (
     cycles_option,
-    echo_json,
-    echo_note,
-    fmt,
+    engine_options,
     json_option,
-    ms,
     rules_option,
     run_dir_argument,
 )
-from tracekit.cli._console import make_console, new_table, print_table
-from tracekit.cli._engine import engine_options
 
 if TYPE_CHECKING:
     import polars as pl
@@ -130,7 +127,7 @@ def render(rows: pl.DataFrame, by: str | None, note: str | None = None) -> None:
 
 
 @click.command(name="breakdown")
-@run_dir_argument
+@run_dir_argument()
 @json_option
 @click.option(
     "--by",

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import cycles_option, echo_json, echo_note, fmt, json_option
+from tracekit.cli._analysis import echo_json, echo_note, fmt
+from tracekit.cli._options import cycles_option, json_option, run_dir_option
 from tracekit.errors import CommandError
 
 if TYPE_CHECKING:
@@ -42,14 +43,12 @@ def render(r: dict[str, Any]) -> None:
 @click.command(name="breakeven")
 @click.option("--baseline-ms", type=float, help="Plain decoding step time, ms.")
 @click.option("--cycle-ms", type=float, help="Speculative cycle time, ms.")
-@click.option(
+@run_dir_option(
     "--baseline",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Run directory of plain decoding: its mean steady-state cycle is the baseline step.",
 )
-@click.option(
+@run_dir_option(
     "--spec",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Run directory of speculative decoding: mean steady-state cycle and acceptance length.",
 )
 @click.option("--accept-len", type=float, help="Tokens emitted a cycle (accepted + bonus).")

@@ -17,11 +17,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 
+from tracekit.cli._options import mode_option, out_option, profile_cycles_option
+from tracekit.demo.config import Device, ModelSize, VerifyMode
 from tracekit.errors import CommandError, InputError, MissingDependencyError, TracekitError
+from tracekit.store.layout import Mode
 
 # Full mode profiles a few cycles with torch.profiler, so the breakdown is measured on the
 # device timeline (aten ops and gloo collectives on CPU); the other cycles are timed by the
@@ -41,7 +44,7 @@ NOISE_PREFIXES = ("USDT:",)
     default=None,
     help="Tensor-parallel ranks [default: 8 on CPU, one a GPU on CUDA].",
 )
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--device", type=click.Choice(get_args(Device)), default="cpu", show_default=True)
 @click.option(
     "--cycles", type=int, default=DEFAULT_CYCLES, show_default=True, help="Decode cycles to run."
 )
@@ -50,7 +53,7 @@ NOISE_PREFIXES = ("USDT:",)
 )
 @click.option(
     "--verify-mode",
-    type=click.Choice(["extend", "graph"]),
+    type=click.Choice(get_args(VerifyMode)),
     default="extend",
     show_default=True,
     help="Verify eagerly, or replay a captured CUDA graph (CUDA only).",
@@ -63,45 +66,31 @@ NOISE_PREFIXES = ("USDT:",)
     metavar="X",
     help="Hold the mean acceptance length at X (1 to K+1); the work a cycle stays a real cycle's.",
 )
-@click.option(
-    "--mode",
-    type=click.Choice(["light", "full"]),
+@mode_option(
     default="full",
-    show_default=True,
     help="light: phase timers only. full: also a torch.profiler window over a few cycles.",
 )
-@click.option(
-    "--profile-cycles",
-    default=DEFAULT_PROFILE_CYCLES,
-    show_default=True,
-    metavar="START:COUNT",
-    help="Cycles profiled on every rank in full mode.",
+@profile_cycles_option(
+    default=DEFAULT_PROFILE_CYCLES, help="Cycles profiled on every rank in full mode."
 )
 @click.option(
     "--model-size",
-    type=click.Choice(["tiny", "small", "medium", "large"]),
+    type=click.Choice(get_args(ModelSize)),
     default=None,
     help="Model preset [default: tiny on CPU, large on CUDA].",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("tracekit-runs"),
-    show_default=True,
-    help="Directory that receives the run directory.",
-)
-@click.option("--name", default=None, help="Run directory name [default: demo-<time>].")
+@out_option(what="run", name_default="demo-<time>")
 def command(
     ranks: int | None,
-    device: str,
+    device: Device,
     cycles: int,
     draft_tokens: int,
-    verify_mode: str,
+    verify_mode: VerifyMode,
     baseline: bool,
     simulate_accept_len: float | None,
-    mode: str,
+    mode: Mode,
     profile_cycles: str,
-    model_size: str | None,
+    model_size: ModelSize | None,
     out: Path,
     name: str | None,
 ) -> None:
@@ -129,9 +118,19 @@ def command(
         raise MissingDependencyError(msg)
     if ranks is None and device == "cpu":
         ranks = 8
-    _check_options(ranks, cycles, draft_tokens, verify_mode, device, baseline, mode, profile_cycles)
-    _check_simulate(simulate_accept_len, draft_tokens, baseline)
-    size = model_size or ("tiny" if device == "cpu" else "large")
+    size: ModelSize = model_size or ("tiny" if device == "cpu" else "large")
+    _check_options(
+        ranks,
+        cycles,
+        draft_tokens,
+        verify_mode,
+        device,
+        baseline,
+        mode,
+        profile_cycles,
+        size,
+        simulate_accept_len,
+    )
     name = name or time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir = out / name
     if run_dir.exists():
@@ -176,48 +175,33 @@ def _check_options(
     ranks: int | None,
     cycles: int,
     draft_tokens: int,
-    verify_mode: str,
-    device: str,
+    verify_mode: VerifyMode,
+    device: Device,
     baseline: bool,
-    mode: str,
+    mode: Mode,
     profile_cycles: str,
+    size: ModelSize,
+    simulate_accept_len: float | None,
 ) -> None:
-    # What can be checked without starting torch; the server checks the rest the same way.
-    from tracekit.demo.config import preset
+    # The server's own checks, those that need no torch (the server makes the rest).
+    from tracekit.demo.options import DemoOptions, check
 
-    if ranks is not None:
-        preset("tiny" if device == "cpu" else "large").check(ranks)
-    if cycles < 1:
-        msg = f"--cycles must be at least 1, got {cycles}"
-        raise InputError(msg)
-    if draft_tokens < 1:
-        msg = f"--draft-tokens must be at least 1, got {draft_tokens}"
-        raise InputError(msg)
-    if verify_mode == "graph" and device != "cuda":
-        msg = "--verify-mode graph replays a CUDA graph: it needs --device cuda"
-        raise InputError(msg)
-    if verify_mode == "graph" and baseline:
-        msg = "--verify-mode applies to speculative decoding; drop it with --baseline"
-        raise InputError(msg)
+    opts = DemoOptions(
+        ranks=ranks or 1,
+        device=device,
+        cycles=cycles,
+        draft_tokens=draft_tokens,
+        verify_mode=verify_mode,
+        baseline=baseline,
+        model_size=size,
+        simulate_accept_len=simulate_accept_len,
+    )
+    check(opts, ranks_known=ranks is not None)
     if mode == "full":
         start, _, count = profile_cycles.partition(":")
         if not (start.isdigit() and count.isdigit() and int(count) > 0):
             msg = f"--profile-cycles {profile_cycles!r}: expected START:COUNT, e.g. 4:3"
             raise InputError(msg)
-
-
-def _check_simulate(x: float | None, draft_tokens: int, baseline: bool) -> None:
-    if x is None:
-        return
-    if baseline:
-        msg = "--simulate-accept-len holds speculative acceptance; drop it with --baseline"
-        raise InputError(msg)
-    if not 1.0 <= x <= draft_tokens + 1:
-        msg = (
-            f"--simulate-accept-len {x} is outside [1, {draft_tokens + 1}]: a cycle emits 1 to "
-            f"K+1 tokens (K = --draft-tokens {draft_tokens})"
-        )
-        raise InputError(msg)
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:

@@ -7,15 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import (
-    cycles_option,
-    echo_json,
-    echo_note,
-    fmt,
-    json_option,
-    rules_option,
-)
+from tracekit.cli._analysis import echo_json, echo_note, fmt
 from tracekit.cli._console import make_console, new_table, print_table
+from tracekit.cli._options import cycles_option, json_option, rules_option, run_dir_argument
 
 if TYPE_CHECKING:
     from tracekit.analyzers.steady import CycleChoice
@@ -79,8 +73,8 @@ def render(result: dict[str, Any]) -> None:
 
 
 @click.command(name="diff")
-@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@run_dir_argument("run_a")
+@run_dir_argument("run_b")
 @json_option
 @rules_option
 @cycles_option

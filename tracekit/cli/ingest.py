@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tracekit.cli._engine import engine_options
+from tracekit.cli._options import engine_options, output_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,12 +24,10 @@ PROGRESS_BYTES = 64 << 20
 
 @click.command(name="ingest")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    "run_dir",
+@output_option(
+    dest="run_dir",
+    kind="dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
     help="Run directory to create or add to (its store/events and store/manifests tables).",
 )
 @click.option(
@@ -69,9 +67,6 @@ def command(
     from tracekit.errors import IngestError, InputError
     from tracekit.store.ingest import find_traces, ingest
 
-    if run_dir.exists() and not run_dir.is_dir():
-        msg = f"{run_dir}: exists and is not a directory; pass a directory with `-o`"
-        raise InputError(msg)
     files = find_traces(paths)
     overrides = None
     if rank is not None:
@@ -95,7 +90,8 @@ def command(
         try:
             result = ingest(files, run_dir, rank_overrides=overrides, jobs=jobs, progress=progress)
         except IngestError as exc:
-            _report(exc.result, time.perf_counter() - started, phases)
+            partial: IngestResult = exc.result
+            _report(partial, time.perf_counter() - started, phases)
             raise
     _report(result, time.perf_counter() - started, phases)
 

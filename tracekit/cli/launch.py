@@ -6,6 +6,9 @@ from pathlib import Path
 
 import click
 
+from tracekit.cli._options import mode_option, out_option, phases_option, profile_cycles_option
+from tracekit.store.layout import Mode
+
 
 @click.command(
     name="launch",
@@ -16,34 +19,15 @@ import click
     default=None,
     help="Built-in phase map: demo, sglang or vllm (default: demo unless --phases is given).",
 )
-@click.option(
-    "--phases",
-    "phases_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Your own phase map (TOML); see docs/launch.md.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["light", "full"]),
+@phases_option(help="Your own phase map (TOML); see docs/launch.md.")
+@mode_option(
     default="light",
-    show_default=True,
     help="light: NVTX ranges, CPU times, CUDA events. full: also a torch.profiler window.",
 )
-@click.option(
-    "--profile-cycles",
-    default=None,
-    metavar="START:COUNT",
-    help="Cycles profiled on every rank in full mode [default: 2:3].",
+@profile_cycles_option(
+    default=None, help="Cycles profiled on every rank in full mode [default: 2:3]."
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("tracekit-runs"),
-    show_default=True,
-    help="Directory that receives the run directory.",
-)
-@click.option("--name", default=None, help="Run directory name [default: <time>-<program>].")
+@out_option(what="run", name_default="<time>-<program>")
 @click.option(
     "--no-merge", is_flag=True, help="Leave the raw output; run `tracekit merge RUN_DIR` later."
 )
@@ -121,7 +105,7 @@ import click
 def command(
     adapter: str | None,
     phases_file: Path | None,
-    mode: str,
+    mode: Mode,
     profile_cycles: str | None,
     out: Path,
     name: str | None,

@@ -3,24 +3,19 @@ merge PART... -o RUN`: the parts of a multi-node run joined onto one clock."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from tracekit.cli._engine import engine_options
+from tracekit.cli._analysis import echo_json
+from tracekit.cli._options import engine_options, json_option, output_option, run_dir_argument
 
 
 @click.command(name="merge")
-@click.argument(
-    "paths", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
-)
-@click.option(
-    "-o",
-    "--output",
-    "out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
+@run_dir_argument("paths", many=True)
+@output_option(
+    dest="out",
+    kind="dir",
     help="Join the parts PATHS (one a node) into this run directory, on one clock.",
 )
 @click.option(
@@ -29,7 +24,7 @@ from tracekit.cli._engine import engine_options
     default=None,
     help="Nodes the run had, when the parts do not say (a missing node is reported).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the merge result as JSON on stdout.")
+@json_option(help="Print the merge result as JSON on stdout.")
 @engine_options
 def command(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json: bool) -> None:
     """Turn RUN_DIR/raw (written by `tracekit launch`) into the phases, cycles, manifests,
@@ -58,21 +53,18 @@ def command(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_js
     for w in res.warnings:
         click.echo(f"tracekit: warning: {w}", err=True)
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "run_dir": str(res.run_dir),
-                    "ranks": res.ranks,
-                    "phases": res.phases,
-                    "cycles": res.cycles,
-                    "counters": res.counters,
-                    "events": res.events,
-                    "missing_ranks": res.missing_ranks,
-                    "partial_ranks": res.partial_ranks,
-                    "warnings": res.warnings,
-                },
-                indent=2,
-            )
+        echo_json(
+            {
+                "run_dir": str(res.run_dir),
+                "ranks": res.ranks,
+                "phases": res.phases,
+                "cycles": res.cycles,
+                "counters": res.counters,
+                "events": res.events,
+                "missing_ranks": res.missing_ranks,
+                "partial_ranks": res.partial_ranks,
+                "warnings": res.warnings,
+            }
         )
     else:
         click.echo(
@@ -100,21 +92,18 @@ def _join(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json
         click.echo(f"tracekit: warning: {w}", err=True)
     clock = [c.as_dict() for c in res.clock]
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "run_dir": str(res.run_dir),
-                    "ranks": res.ranks,
-                    "parts": [str(p.path) for p in res.parts],
-                    "nnodes": res.nnodes,
-                    "missing_nodes": res.missing_nodes,
-                    "missing_ranks": res.missing_ranks,
-                    "clock": clock,
-                    "rows": res.rows,
-                    "warnings": res.warnings,
-                },
-                indent=2,
-            )
+        echo_json(
+            {
+                "run_dir": str(res.run_dir),
+                "ranks": res.ranks,
+                "parts": [str(p.path) for p in res.parts],
+                "nnodes": res.nnodes,
+                "missing_nodes": res.missing_nodes,
+                "missing_ranks": res.missing_ranks,
+                "clock": clock,
+                "rows": res.rows,
+                "warnings": res.warnings,
+            }
         )
         return
     for c in res.clock:

@@ -6,22 +6,16 @@ from pathlib import Path
 
 import click
 
-from tracekit.errors import InputError
+from tracekit.cli._options import check_overwrite, force_option, output_option, run_dir_argument
 
 
 @click.command(name="perfetto")
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Trace file to write [default: RUN_DIR/tracekit.pftrace].",
-)
+@run_dir_argument()
+@output_option(help="Trace file to write [default: RUN_DIR/tracekit.pftrace].")
 @click.option(
     "--flows", is_flag=True, help="Draw an arrow from each runtime call to each kernel it launched."
 )
-@click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
+@force_option
 def command(run_dir: Path, output: Path | None, flows: bool, force: bool) -> None:
     """Write a native Perfetto trace (protobuf) of a run: one process a rank.
 
@@ -38,13 +32,8 @@ def command(run_dir: Path, output: Path | None, flows: bool, force: bool) -> Non
     from tracekit.export.perfetto import export_run
     from tracekit.store.layout import RunLayout
 
-    if not run_dir.is_dir():
-        msg = f"{run_dir}: no such run directory; give the directory `tracekit demo`, `launch` or `ingest -o` wrote"
-        raise InputError(msg)
+    check_overwrite(output, force=force)
     out = output if output is not None else RunLayout(run_dir).perfetto
-    if out.exists() and not force and output is not None:
-        msg = f"file already exists, will not overwrite without --force: {out}"
-        raise InputError(msg)
     stats = export_run(run_dir, out, flows=flows)
     for note in stats.notes:
         click.echo(f"note: {note}", err=True)

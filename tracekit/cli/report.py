@@ -7,26 +7,24 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tracekit.cli._analysis import cycles_option
-from tracekit.errors import InputError
+from tracekit.cli._options import (
+    check_overwrite,
+    cycles_option,
+    force_option,
+    output_option,
+    run_dir_argument,
+    run_dir_option,
+)
 
 if TYPE_CHECKING:
     from tracekit.analyzers.steady import CycleChoice
 
 
 @click.command(name="report")
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="HTML file to write [default: RUN_DIR/tracekit-report.html].",
-)
-@click.option(
+@run_dir_argument()
+@output_option(help="HTML file to write [default: RUN_DIR/tracekit-report.html].")
+@run_dir_option(
     "--baseline",
-    type=click.Path(path_type=Path),
-    default=None,
     help="A run to compare with (the report then leads with the differences); a plain-decoding run also gives the break-even.",
 )
 @click.option(
@@ -40,7 +38,7 @@ if TYPE_CHECKING:
     default=None,
     help="A `tracekit sweep` directory (or its sweep.json): adds the acceptance sweep's section.",
 )
-@click.option("-f", "--force", is_flag=True, help="Overwrite an existing output file.")
+@force_option
 @cycles_option
 def command(
     run_dir: Path,
@@ -65,23 +63,14 @@ def command(
         tracekit report runs/spec --baseline runs/plain -o spec-vs-plain.html
         tracekit report runs/sweep-1/accept-2.5 --sweep runs/sweep-1
     """
-    from tracekit.report.html import write_report
+    from tracekit.report.build import build_model
+    from tracekit.report.render import render
     from tracekit.store.layout import RunLayout
 
-    if not run_dir.is_dir():
-        msg = f"{run_dir}: no such run directory; give the directory `tracekit demo`, `launch` or `ingest -o` wrote"
-        raise InputError(msg)
-    if baseline is not None and not baseline.is_dir():
-        msg = f"--baseline {baseline}: no such run directory; give another run's directory"
-        raise InputError(msg)
+    check_overwrite(output, force=force)
     out = output if output is not None else RunLayout(run_dir).report
-    if output is not None and out.exists() and not force:
-        msg = f"file already exists, will not overwrite without --force: {out}"
-        raise InputError(msg)
-    if sweep is not None:
-        from tracekit.analyzers.sweep import load_sweep
-
-        load_sweep(sweep)  # a bad --sweep fails before anything is written
-    write_report(run_dir, out, baseline=baseline, cdn=cdn, sweep=sweep, choice=choice)
+    # the model first (a bad --sweep or run fails before anything is written), then the page
+    model = build_model(run_dir, baseline=baseline, choice=choice, sweep=sweep)
+    render(model, out, cdn=cdn)
     click.echo(f"Wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", err=True)
     click.echo(f"Open it in a browser: file://{out.resolve()}", err=True)

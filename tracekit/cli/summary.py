@@ -7,19 +7,19 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import (
+from tracekit.cli._analysis import echo_json, echo_note, fmt
+from tracekit.cli._console import make_console, new_table, print_table
+from tracekit.cli._options import (
     cycles_option,
-    echo_json,
-    echo_note,
-    fmt,
+    engine_options,
     json_option,
     rules_option,
     run_dir_argument,
 )
-from tracekit.cli._console import make_console, new_table, print_table
-from tracekit.cli._engine import engine_options
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from tracekit.analyzers.steady import CycleChoice
 
 
@@ -50,6 +50,21 @@ def render(summary: dict[str, Any]) -> None:
     line = _steady_line(summary)
     if line:
         console.print(line[0].upper() + line[1:] + ".")
+    print_table(console, _phase_table(summary))
+    if summary.get("allreduce_note"):
+        console.print(summary["allreduce_note"])
+    skew = summary.get("skew") or {}
+    if skew and max(p["ranks"] for p in skew.values()) > 1:
+        print_table(console, _skew_table(skew))
+    unknown = summary.get("unknown_comm_kernels") or []
+    if unknown:
+        console.print(
+            "Communication-looking kernels no implementation entry matches (counted as "
+            f"allreduce, label `unknown`; add an entry with --impl-table): {', '.join(unknown)}"
+        )
+
+
+def _phase_table(summary: dict[str, Any]) -> Table:
     table = new_table(
         "Phases (device-timeline shares)",
         [
@@ -82,43 +97,36 @@ def render(summary: dict[str, Any]) -> None:
             "-" if p["graph_replayed_frac"] is None else f"{100 * p['graph_replayed_frac']:.0f}%",
             impls,
         )
-    print_table(console, table)
-    if summary.get("allreduce_note"):
-        console.print(summary["allreduce_note"])
-    skew = summary.get("skew") or {}
-    if skew and max(p["ranks"] for p in skew.values()) > 1:
-        st = new_table(
-            "Rank skew (work = wall - allreduce wait)",
-            [
-                "phase",
-                "ranks",
-                "spread p50 ms",
-                "spread max ms",
-                "slowest rank",
-                "allreduce wait ms",
-            ],
-            text={"phase"},
+    return table
+
+
+def _skew_table(skew: dict[str, Any]) -> Table:
+    st = new_table(
+        "Rank skew (work = wall - allreduce wait)",
+        [
+            "phase",
+            "ranks",
+            "spread p50 ms",
+            "spread max ms",
+            "slowest rank",
+            "allreduce wait ms",
+        ],
+        text={"phase"},
+    )
+    for name, p in skew.items():
+        st.add_row(
+            name,
+            str(p["ranks"]),
+            fmt(p["spread_ms_p50"]),
+            fmt(p["spread_ms_max"]),
+            f"{p['slowest_rank']} ({p['slowest_rank_frac']:.0%} of cycles)",
+            fmt(p["allreduce_wait_ms_mean"]),
         )
-        for name, p in skew.items():
-            st.add_row(
-                name,
-                str(p["ranks"]),
-                fmt(p["spread_ms_p50"]),
-                fmt(p["spread_ms_max"]),
-                f"{p['slowest_rank']} ({p['slowest_rank_frac']:.0%} of cycles)",
-                fmt(p["allreduce_wait_ms_mean"]),
-            )
-        print_table(console, st)
-    unknown = summary.get("unknown_comm_kernels") or []
-    if unknown:
-        console.print(
-            "Communication-looking kernels no implementation entry matches (counted as "
-            f"allreduce, label `unknown`; add an entry with --impl-table): {', '.join(unknown)}"
-        )
+    return st
 
 
 @click.command(name="summary")
-@run_dir_argument
+@run_dir_argument()
 @json_option
 @rules_option
 @cycles_option

@@ -10,154 +10,29 @@ SWEEP_DIR/sweep.html.
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
+from tracekit.cli._options import mode_option, out_option, phases_option
+from tracekit.cli._sweep_plan import (
+    HTML_NAME,
+    DemoSpec,
+    Plan,
+    parse_accept,
+    plan_runs,
+    resolve_workload,
+)
+from tracekit.demo.config import Device, ModelSize
 from tracekit.errors import CommandError, InputError
+from tracekit.store.layout import Mode
 
-# The environment variable each knob sets to the held acceptance length (vLLM's knob is its
-# --speculative-config instead).
-KNOB_ENV = {
-    "demo": "TRACEKIT_DEMO_SIMULATE_ACC_LEN",
-    "sglang": "SGLANG_SIMULATE_ACC_LEN",
-}
-# Set for every point, whatever the knob, so a script can read them.
-ENV_ACCEPT = "TRACEKIT_SWEEP_ACCEPT_LEN"
-ENV_RESULT = "TRACEKIT_SWEEP_RESULT"
-ACCEPT_HOLE = "{accept}"
-RESULT_HOLE = "{result}"
-VLLM_FLAGS = ("--speculative-config", "--speculative_config")
-HTML_NAME = "sweep.html"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One run of the sweep: its name, command and environment changes."""
-
-    name: str
-    accept: float | None  # None: the plain-decoding baseline
-    command: list[str]
-    env: dict[str, str]
-    unset: tuple[str, ...]
-    result: Path
-
-
-def parse_accept(text: str) -> list[float]:
-    values: list[float] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            x = float(part)
-        except ValueError:
-            msg = f"--accept {text!r}: {part!r} is not a number; give values like 1,1.5,2,2.5,3"
-            raise InputError(msg) from None
-        if not x >= 1.0:
-            msg = f"--accept {text!r}: {x:g} is below 1 (a cycle emits at least one token)"
-            raise InputError(msg)
-        values.append(x)
-    if not values:
-        msg = "--accept needs at least one acceptance length, e.g. --accept 1,1.5,2,2.5,3"
-        raise InputError(msg)
-    if len(set(values)) != len(values):
-        msg = f"--accept {text!r}: a value is repeated; give each acceptance length once"
-        raise InputError(msg)
-    return sorted(values)
-
-
-def vllm_with_acceptance(argv: list[str], x: float) -> list[str]:
-    """`argv` with its --speculative-config JSON set to vLLM's synthetic rejection sampling at
-    mean acceptance length `x` (vLLM's `synthetic_acceptance_length`, bonus token included)."""
-    out = list(argv)
-    for i, arg in enumerate(out):
-        flag, eq, inline = arg.partition("=")
-        if flag not in VLLM_FLAGS:
-            continue
-        if eq:
-            text, where = inline, i
-        elif i + 1 < len(out):
-            text, where = out[i + 1], i + 1
-        else:
-            break
-        try:
-            config = json.loads(text)
-        except ValueError:
-            msg = f"--knob vllm: {flag} {text!r} is not JSON; pass the speculative config as JSON"
-            raise InputError(msg) from None
-        if not isinstance(config, dict):
-            msg = f"--knob vllm: {flag} must be a JSON object, got {text!r}"
-            raise InputError(msg)
-        config.pop("synthetic_acceptance_rates", None)
-        config["rejection_sample_method"] = "synthetic"
-        config["synthetic_acceptance_length"] = x
-        new = json.dumps(config, separators=(",", ":"))
-        out[where] = f"{flag}={new}" if eq else new
-        return out
-    msg = (
-        "--knob vllm: the command has no --speculative-config JSON to set "
-        "synthetic_acceptance_length in; add one, or put {accept} where your script takes "
-        "the acceptance length"
-    )
-    raise InputError(msg)
-
-
-def _fill(argv: list[str], accept: float | None, result: Path) -> list[str]:
-    out = []
-    for a in argv:
-        if accept is not None:
-            a = a.replace(ACCEPT_HOLE, f"{accept:g}")
-        out.append(a.replace(RESULT_HOLE, str(result)))
-    return out
-
-
-def _point_name(x: float) -> str:
-    return f"accept-{x:g}"
-
-
-def plan_runs(
-    *,
-    knob: str,
-    accepts: list[float],
-    command: list[str],
-    baseline_command: list[str] | None,
-    results: Path,
-) -> list[Plan]:
-    """The baseline run (when there is a baseline command) and one run per acceptance."""
-    knob_vars = tuple(KNOB_ENV.values())
-    plans: list[Plan] = []
-    if baseline_command is not None:
-        res = results / "baseline.json"
-        plans.append(
-            Plan(
-                name="baseline",
-                accept=None,
-                command=_fill(baseline_command, None, res),
-                env={ENV_RESULT: str(res)},
-                unset=(*knob_vars, ENV_ACCEPT),
-                result=res,
-            )
-        )
-    has_hole = any(ACCEPT_HOLE in a for a in command)
-    for x in accepts:
-        name = _point_name(x)
-        res = results / f"{name}.json"
-        argv = _fill(command, x, res)
-        if knob == "vllm" and not has_hole:
-            argv = vllm_with_acceptance(argv, x)
-        env = {ENV_ACCEPT: f"{x:g}", ENV_RESULT: str(res)}
-        if knob in KNOB_ENV:
-            env[KNOB_ENV[knob]] = f"{x:g}"
-        plans.append(Plan(name=name, accept=x, command=argv, env=env, unset=(), result=res))
-    return plans
+if TYPE_CHECKING:
+    from tracekit.analyzers.sweep import Knob
 
 
 @click.command(
@@ -174,7 +49,7 @@ def plan_runs(
 @click.option("--demo", "use_demo", is_flag=True, help="Sweep tracekit's demo (no CMD needed).")
 @click.option(
     "--knob",
-    type=click.Choice(["demo", "sglang", "vllm", "none"]),
+    type=click.Choice(["demo", "sglang", "vllm", "none"]),  # analyzers.sweep.Knob
     default=None,
     help=(
         "How acceptance is held: demo (TRACEKIT_DEMO_SIMULATE_ACC_LEN), sglang "
@@ -197,18 +72,9 @@ def plan_runs(
 @click.option(
     "--adapter", default=None, help="Phase map for `tracekit launch` [default: the knob's]."
 )
-@click.option(
-    "--phases",
-    "phases_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Your own phase map for `tracekit launch`.",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["light", "full"]),
+@phases_option(help="Your own phase map for `tracekit launch`.")
+@mode_option(
     default="light",
-    show_default=True,
     help="`tracekit launch` mode (light: no profiler window slowing a few cycles).",
 )
 @click.option(
@@ -224,40 +90,33 @@ def plan_runs(
 )
 @click.option(
     "--model-size",
-    type=click.Choice(["tiny", "small", "medium", "large"]),
+    type=click.Choice(get_args(ModelSize)),
     default="tiny",
     show_default=True,
     help="--demo: model preset.",
 )
 @click.option(
-    "--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+    "--device", type=click.Choice(get_args(Device)), default="cpu", show_default=True,
     help="--demo: device.",
 )  # fmt: skip
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("tracekit-runs"),
-    show_default=True,
-    help="Directory that receives the sweep directory.",
-)
-@click.option("--name", default=None, help="Sweep directory name [default: sweep-<time>].")
+@out_option(what="sweep", name_default="sweep-<time>")
 @click.option("--cdn", is_flag=True, help="Link plotly.js from cdn.plot.ly in sweep.html.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def command(
     accept_text: str,
     use_demo: bool,
-    knob: str | None,
+    knob: Knob | None,
     baseline: bool,
     baseline_cmd: str | None,
     adapter: str | None,
     phases_file: Path | None,
-    mode: str,
+    mode: Mode,
     tps_key: str,
     ranks: int,
     cycles: int,
     draft_tokens: int,
-    model_size: str,
-    device: str,
+    model_size: ModelSize,
+    device: Device,
     out: Path,
     name: str | None,
     cdn: bool,
@@ -280,35 +139,18 @@ def command(
         tracekit report tracekit-runs/sweep-1/accept-2 --sweep tracekit-runs/sweep-1
     """
     accepts = parse_accept(accept_text)
-    argv = list(cmd)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    base_argv: list[str] | None = shlex.split(baseline_cmd) if baseline_cmd else None
-    if use_demo:
-        if argv:
-            msg = "--demo runs tracekit's demo: drop the command after --, or drop --demo"
-            raise InputError(msg)
-        _check_demo(accepts, ranks, cycles, draft_tokens)
-        argv = _demo_command(ranks, cycles, draft_tokens, model_size, device)
-        if baseline and base_argv is None:
-            base_argv = _demo_command(ranks, cycles, draft_tokens, model_size, device, True)
-        knob = knob or "demo"
-        adapter = adapter or (None if phases_file else "demo")
-    elif not argv:
-        msg = "no command: give `-- CMD ...` (the speculative server or script), or --demo"
-        raise InputError(msg)
-    knob = knob or (adapter if adapter in ("demo", "sglang", "vllm") else None)
-    if knob is None:
-        msg = "which knob holds acceptance? pass --knob demo|sglang|vllm (or none with {accept} in CMD)"
-        raise InputError(msg)
-    if knob == "none" and not any(ACCEPT_HOLE in a for a in argv):
-        msg = "--knob none holds nothing: put {accept} in the command where the acceptance goes"
-        raise InputError(msg)
-    if adapter is None and phases_file is None:
-        adapter = knob if knob != "none" else None
-    if adapter is None and phases_file is None:
-        msg = "--knob none: say which phase map to launch with, --adapter NAME or --phases FILE"
-        raise InputError(msg)
+    w = resolve_workload(
+        cmd=list(cmd),
+        baseline_cmd=baseline_cmd,
+        knob=knob,
+        adapter=adapter,
+        phases_file=phases_file,
+        demo=DemoSpec(ranks, cycles, draft_tokens, model_size, device, baseline)
+        if use_demo
+        else None,
+        accepts=accepts,
+    )
+    argv, base_argv, knob_, adapter = w.argv, w.baseline_argv, w.knob, w.adapter
 
     sweep_dir = out / (name or time.strftime("sweep-%Y%m%d-%H%M%S"))
     if sweep_dir.exists():
@@ -318,7 +160,7 @@ def command(
         raise InputError(msg)
     results = sweep_dir / "results"
     plans = plan_runs(
-        knob=knob, accepts=accepts, command=argv, baseline_command=base_argv, results=results
+        knob=knob_, accepts=accepts, command=argv, baseline_command=base_argv, results=results
     )
     results.mkdir(parents=True)
     if base_argv is None:
@@ -334,34 +176,8 @@ def command(
         what = "plain decoding" if plan.accept is None else f"acceptance held at {plan.accept:g}"
         click.echo(f"tracekit sweep: run {i}/{len(plans)}, {what}", err=True)
         figures[plan.name] = _run_point(plan, [*launch, "--name", plan.name], sweep_dir, tps_key)
-    sweep = _build(knob, argv, plans, figures, sweep_dir, {"mode": mode, "tps_key": tps_key})
+    sweep = _build(knob_, argv, plans, figures, sweep_dir, {"mode": mode, "tps_key": tps_key})
     _write_and_print(sweep, sweep_dir, cdn, time.perf_counter() - started)
-
-
-def _check_demo(accepts: list[float], ranks: int, cycles: int, draft_tokens: int) -> None:
-    from tracekit.demo.config import preset
-
-    preset("tiny").check(ranks)
-    if cycles < 2 or draft_tokens < 1:
-        msg = "--demo needs --cycles of at least 2 and --draft-tokens of at least 1"
-        raise InputError(msg)
-    over = [x for x in accepts if x > draft_tokens + 1]
-    if over:
-        msg = (
-            f"--accept {over[0]:g} is above K+1 = {draft_tokens + 1} (--draft-tokens "
-            f"{draft_tokens}): a cycle cannot emit more; lower it or raise --draft-tokens"
-        )
-        raise InputError(msg)
-
-
-def _demo_command(
-    ranks: int, cycles: int, k: int, size: str, device: str, baseline: bool = False
-) -> list[str]:
-    argv = [
-        sys.executable, "-m", "tracekit.demo", "--ranks", str(ranks), "--cycles", str(cycles),
-        "--model-size", size, "--device", device, "--result", RESULT_HOLE,
-    ]  # fmt: skip
-    return [*argv, "--baseline"] if baseline else [*argv, "--draft-tokens", str(k)]
 
 
 def _run_point(plan: Plan, launch: list[str], sweep_dir: Path, tps_key: str) -> Any:
@@ -383,7 +199,7 @@ def _run_point(plan: Plan, launch: list[str], sweep_dir: Path, tps_key: str) -> 
 
 
 def _build(
-    knob: str,
+    knob: Knob,
     argv: list[str],
     plans: list[Plan],
     figures: dict[str, Any],
@@ -431,14 +247,9 @@ def _write_and_print(sweep: Any, sweep_dir: Path, cdn: bool, wall_s: float) -> N
     from tracekit.analyzers.sweep import write_sweep
 
     path = write_sweep(sweep, sweep_dir)
-    html: Path | None = None
-    note = ""
-    try:
-        from tracekit.report.sweep import write_sweep_page
+    from tracekit.report.sweep import write_sweep_page
 
-        html = write_sweep_page(sweep, sweep_dir, sweep_dir / HTML_NAME, cdn=cdn)
-    except ImportError as exc:
-        note = f"  not done: {HTML_NAME} ({exc})"
+    html = write_sweep_page(sweep, sweep_dir, sweep_dir / HTML_NAME, cdn=cdn)
     lines = [
         "",
         f"tracekit sweep: {len(sweep.points)} acceptance lengths"
@@ -471,10 +282,7 @@ def _write_and_print(sweep: Any, sweep_dir: Path, cdn: bool, wall_s: float) -> N
             f" ({sweep.model_breakeven_note})"
         )
     lines += ["", f"Sweep directory: {sweep_dir}", f"  sweep.json: {path}"]
-    if html is not None:
-        lines.append(f"  HTML:       {html}")
-    if note:
-        lines.append(note)
+    lines.append(f"  HTML:       {html}")
     if sweep.points:
         run = sweep_dir / sorted(sweep.points, key=lambda p: p.accept_target)[-1].run_dir
         lines += ["", "Next:", f"  tracekit report {run} --sweep {sweep_dir}"]

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from tracekit.cli._analysis import echo_json, fmt, json_option, run_dir_argument
+from tracekit.cli._analysis import echo_json, fmt
 from tracekit.cli._console import make_console, new_table, print_table
+from tracekit.cli._options import json_option, run_dir_argument
 
 
 def render(rows: list[dict[str, Any]], *, hta_rounding: bool) -> None:
@@ -43,7 +44,7 @@ def render(rows: list[dict[str, Any]], *, hta_rounding: bool) -> None:
 
 
 @click.command(name="temporal")
-@run_dir_argument
+@run_dir_argument()
 @json_option
 @click.option(
     "--hta-rounding",

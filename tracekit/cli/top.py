@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
+from tracekit.cli._options import run_dir_argument
+
 
 @click.command(name="top")
-@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@run_dir_argument(needs="raw")
 @click.option("--once", is_flag=True, help="Print one frame and exit (scripts, tests).")
 @click.option(
     "--interval",
@@ -52,13 +54,8 @@ def command(
     from rich.console import Console
     from rich.live import Live
 
-    from tracekit.errors import InputError
     from tracekit.live.top import TopView
 
-    raw = run_dir / "raw"
-    if not raw.is_dir():
-        msg = f"{run_dir}: no `raw/` directory; pass the run directory `tracekit launch` printed"
-        raise InputError(msg)
     view = TopView(run_dir, window_s=window, baseline_s=baseline)
     console = Console(width=width) if width else Console()
     if once:

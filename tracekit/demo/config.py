@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from tracekit.errors import InputError
+
+# The demo's choices (its options and `tracekit demo`'s / `tracekit sweep --demo`'s).
+Device = Literal["cpu", "cuda"]
+VerifyMode = Literal["extend", "graph"]
+ModelSize = Literal["tiny", "small", "medium", "large"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
-PRESETS: dict[str, ModelConfig] = {
+PRESETS: dict[ModelSize, ModelConfig] = {
     # CPU default: 2 target layers, so a cycle has few allreduces at 8 ranks.
     "tiny": ModelConfig(
         vocab_size=1024,
@@ -107,7 +113,7 @@ PRESETS: dict[str, ModelConfig] = {
 
 def preset(name: str) -> ModelConfig:
     try:
-        return PRESETS[name]
+        return PRESETS[name]  # type: ignore[index]
     except KeyError:
         msg = f"unknown --model-size {name!r}; choose one of {', '.join(PRESETS)}"
         raise InputError(msg) from None

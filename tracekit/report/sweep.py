@@ -1,10 +1,11 @@
 """The acceptance sweep in HTML: one report section, and the sweep's own page.
 
-`sweep_section(sweep)` turns a `tracekit.analyzers.sweep.Sweep` (already computed) into a
-`Section` of the run report: a plotly chart of measured tokens/s and tracekit's cycle time
-against the measured acceptance length, the baseline's tokens/s as a line, the measured
-break-even marked, and a table of the points. `write_sweep_page` renders that section alone
-with the report's renderer (same escaping, same embedded plotly.js).
+The sweep's model is the `tracekit.analyzers.sweep.Sweep` itself (plain data, already
+computed); `render_sweep(sweep)` renders it as a section of the run report: a plotly chart of
+measured tokens/s and tracekit's cycle time against the measured acceptance length, the
+baseline's tokens/s as a line, the measured break-even marked, and a table of the points.
+`write_sweep_page` renders that section alone with the report's renderer (same escaping, same
+embedded plotly.js).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.analyzers.sweep import Sweep
-from tracekit.report.html import Report, Section, esc, fmt, render, rnd, table
+from tracekit.report.render_html import Rendered, esc, fmt, rnd, table
 
 TPS_COLOR = "#4C78A8"
 CYCLE_COLOR = "#F58518"
@@ -21,16 +22,9 @@ BASE_COLOR = "#888888"
 CROSS_COLOR = "#E45756"
 
 
-def sweep_section(sweep: Sweep) -> Section:
-    s = Section("sweep", "Acceptance sweep: measured tokens/s and cycle cost")
-    points = sweep.sorted_points()
-    if not points:
-        s.unavailable = "no point of the sweep has both a measured acceptance and tokens/s"
-        return s
-    s.intro = _intro(sweep)
-    s.figures.append(_figure(sweep))
-    s.body = _table(sweep)
-    return s
+def render_sweep(sweep: Sweep) -> Rendered:
+    """The sweep's section (a sweep with at least one usable point: build_store.sweep_section)."""
+    return Rendered(intro=_intro(sweep), body=_table(sweep), figures=[_figure(sweep)])
 
 
 def _intro(sweep: Sweep) -> str:
@@ -174,10 +168,14 @@ def _table(sweep: Sweep) -> str:
 
 def write_sweep_page(sweep: Sweep, sweep_dir: Path, out_path: Path, *, cdn: bool = False) -> Path:
     """The sweep's own HTML page: the sweep section alone, rendered like a report."""
-    report = Report(
+    from tracekit.report.build_store import sweep_section
+    from tracekit.report.model import ReportModel
+    from tracekit.report.render import render
+
+    model = ReportModel(
         title=f"tracekit sweep: {sweep_dir.resolve().name}",
         run_dir=str(sweep_dir),
         baseline_dir=None,
         sections=[sweep_section(sweep)],
     )
-    return render(report, out_path, cdn=cdn)
+    return render(model, out_path, cdn=cdn)

@@ -40,8 +40,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracekit.store.reader import table_files
+from tracekit.store.schema import TIME_COLUMNS
 
 ClockMethod = Literal["reference", "collectives", "wall clock"]
+# Where a part's anchors came from: collector phases, Kineto events, or nowhere.
+AnchorSource = Literal["phases", "events", ""]
 
 # Phase names (collector phases table) whose calls are collectives.
 COLLECTIVE_PHASES = re.compile(r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all", re.I)
@@ -66,7 +69,7 @@ class PartClock:
     anchors: int  # matched collectives used
     error_ns: float | None  # standard error of the offset (None: unknown, wall clock)
     spread_ns: float | None  # robust spread of one collective's difference
-    source: str  # "phases" (collector), "events" (Kineto), "" (none)
+    source: AnchorSource
     # hard bounds from causality, relative to offset_ns: the true offset is in
     # [offset + bound_low_ns, offset + bound_high_ns] (None: unknown)
     bound_low_ns: int | None = None
@@ -129,12 +132,13 @@ def anchors_from_events(table: pa.Table) -> Anchors:
     return {}
 
 
-def part_anchors(part_dir: Path) -> tuple[Anchors, str]:
+def part_anchors(part_dir: Path) -> tuple[Anchors, AnchorSource]:
     """Anchors of every rank of a part's store, merged per key; and their source."""
-    for table, fn, cols in (
+    sources: tuple[tuple[AnchorSource, Callable[[pa.Table], Anchors], list[str]], ...] = (
         ("phases", anchors_from_phases, ["cycle", "phase", "start_ns", "end_ns", "gpu_end_ns"]),
         ("events", anchors_from_events, ["cat", "name", "start_ns", "dur_ns"]),
-    ):
+    )
+    for table, fn, cols in sources:
         merged: Anchors = {}
         per_rank: dict[int, list[pa.Table]] = {}
         for rank, f in table_files(part_dir, table):
@@ -249,15 +253,6 @@ def align(parts: list[tuple[str, str, Path]], *, min_anchors: int = MIN_ANCHORS)
             )
         )
     return out
-
-
-# Time columns of each table, shifted by a part's offset.
-TIME_COLUMNS: dict[str, tuple[str, ...]] = {
-    "phases": ("start_ns", "end_ns", "gpu_start_ns", "gpu_end_ns"),
-    "cycles": ("start_ns", "end_ns"),
-    "events": ("start_ns",),
-    "counters": ("ts_ns",),
-}
 
 
 def shift(table: pa.Table, name: str, offset_ns: int) -> pa.Table:

@@ -21,14 +21,14 @@ import pyarrow.parquet as pq
 
 from tracekit.errors import IngestError, InputError, RankError, TracekitError
 from tracekit.store.layout import RunLayout
-from tracekit.store.schema import TABLES
+from tracekit.store.ranks import RankSource
+from tracekit.store.schema import EVENTS_DICT_COLUMNS, TABLES
 from tracekit.store.writer import conform, with_metadata
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 EVENTS_PART = "part-0.parquet"
 MANIFESTS_PART = "part-kineto.parquet"
 STAGING = ".ingest-staging"
-DICT_COLUMNS = ["cat", "name", "ph", "collective", "dtype", "pg_name"]
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -39,7 +39,7 @@ class IngestedFile:
 
     path: Path
     rank: int
-    rank_source: str  # "override", "distributedInfo", "file name"
+    rank_source: RankSource
     events: int
     salvaged: bool
 
@@ -73,7 +73,7 @@ class _Outcome:
     index: int
     path: Path
     rank: int | None = None
-    rank_source: str = ""
+    rank_source: RankSource | None = None
     events: int = 0
     salvaged: bool = False
     warnings: list[str] = field(default_factory=list)
@@ -216,7 +216,9 @@ def _commit(
             )
             continue
         o = group[0]
-        if o.events_file is None or o.manifests_file is None:  # pragma: no cover - worker bug
+        if (
+            o.events_file is None or o.manifests_file is None or o.rank_source is None
+        ):  # pragma: no cover - worker bug
             continue
         _place(o.events_file, layout.partition_dir("events", rank) / EVENTS_PART)
         _place(o.manifests_file, layout.partition_dir("manifests", rank) / MANIFESTS_PART)
@@ -253,7 +255,7 @@ def _ingest_one(task: _Task) -> _Outcome:
         schema = with_metadata(TABLES["events"])
         # Dictionary-encode only the repetitive columns; hashing every `args` text is wasted.
         writer = pq.ParquetWriter(
-            events_file, schema, compression="zstd", use_dictionary=DICT_COLUMNS
+            events_file, schema, compression="zstd", use_dictionary=list(EVENTS_DICT_COLUMNS)
         )
         stats = BatchStats()
         for batch in iter_batches(trace, stats=stats):

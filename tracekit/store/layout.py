@@ -16,12 +16,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from tracekit.errors import InputError
 
 RUN_MANIFEST = "run.json"
 RAW_DIR = "raw"
 STORE_DIR = "store"
 REPORT_FILE = "tracekit-report.html"
 PERFETTO_FILE = "tracekit.pftrace"
+
+# run.json's `mode`: light (phase timers, CUDA events) or full (also a torch.profiler window).
+Mode = Literal["light", "full"]
+# What a caller needs of a run directory: only that it is one, or its collector output (`raw/`).
+Needs = Literal["dir", "raw"]
+RUN_DIR_HINT = "give the directory `tracekit demo`, `launch` or `ingest -o` wrote"
 
 
 @dataclass(frozen=True)
@@ -55,3 +64,21 @@ class RunLayout:
     @property
     def perfetto(self) -> Path:
         return self.root / PERFETTO_FILE
+
+
+def check_run_dir(
+    path: Path, *, option: str | None = None, needs: Needs = "dir", hint: str = RUN_DIR_HINT
+) -> Path:
+    """`path` when it is a run directory with what the caller needs, else InputError (one line
+    naming the path and what to pass instead). The one check of a run directory given by a
+    user: the CLI's RUN_DIR arguments and run options, and the library's entry points.
+
+    `option` names the option the path came from (`--baseline`); its message then says so."""
+    if not path.is_dir():
+        where = f"{option} {path}" if option else str(path)
+        msg = f"{where}: no such run directory; {hint}"
+        raise InputError(msg)
+    if needs == "raw" and not RunLayout(path).raw.is_dir():
+        msg = f"{path}: no `{RAW_DIR}/` directory; pass the run directory `tracekit launch` printed"
+        raise InputError(msg)
+    return path

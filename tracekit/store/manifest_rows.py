@@ -14,6 +14,7 @@ import msgspec
 
 from tracekit._version import __version__
 from tracekit.store.kineto import BatchStats, RawTrace, base_time_ns, meta_value
+from tracekit.store.ranks import RankSource
 
 Row = tuple[str, str, str]
 
@@ -50,7 +51,9 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def manifest_rows(trace: RawTrace, *, rank: int, rank_source: str, stats: BatchStats) -> list[Row]:
+def manifest_rows(
+    trace: RawTrace, *, rank: int, rank_source: RankSource, stats: BatchStats
+) -> list[Row]:
     rows: list[Row] = []
     base = base_time_ns(trace)
     rows += [

@@ -6,10 +6,8 @@ and `counters` tables, plus `events` by ingesting full mode's Kineto traces. Mis
 ranks are reported (warnings) and the rest is merged. Re-running merge rewrites these tables.
 
 Rank of a process: `torch.distributed` rank it recorded, else the `RANK` environment variable;
-a single process with records and no rank is rank 0. Cycle numbers: with a cycle target, every
-outermost call is a cycle (dropped when the map's `require` phase did not run inside it, e.g. a
-prefill batch), renumbered from 0 per rank; with `starts_with`, a cycle starts at each
-outermost call of that phase. Phases outside any cycle get cycle -1.
+a single process with records and no rank is rank 0. Cycle numbers, nesting and cycle
+membership of the `phases` rows: tracekit/store/numbering.py (rules in store/placement.py).
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import pyarrow.compute as pc
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
+from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.writer import write_partition
 
 MERGED_TABLES = ("phases", "cycles", "counters")
@@ -283,147 +282,6 @@ def _world_size(procs: list[ProcessData]) -> int | None:
     return max(sizes) if sizes else None
 
 
-def _apply_deltas(rows: list[dict[str, Any]], kind: str, phase: str | None, source: str) -> None:
-    """Turn the lengths an accept rule of kind "delta" recorded into tokens per call, in place.
-
-    The calls are the outermost ones of that phase (or the cycle-target calls), per process in
-    time order. A length read from an argument is the state before the call's cycle, so a
-    call's tokens are the growth to the next call; one read from a return value is the state
-    after, so the growth from the previous call. A growth <= 0 (a new sequence began) and a
-    call without a neighbour have none (DEFINITIONS.md "acceptance rules").
-    """
-    calls: dict[Any, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["kind"] != kind or (phase is not None and r["phase"] != phase):
-            continue
-        if r["depth"] != 0:
-            r["accept_len"] = None
-            continue
-        calls.setdefault(r.get("pid"), []).append(r)
-    for group in calls.values():
-        vals = [r["accept_len"] for r in group]
-        for i, r in enumerate(group):
-            j = i + 1 if source == "arg" else i - 1
-            a = vals[i]
-            b = vals[j] if 0 <= j < len(vals) else None
-            if a is None or b is None or a != a or b != b:
-                r["accept_len"] = None
-                continue
-            grow = (b - a) if source == "arg" else (a - b)
-            r["accept_len"] = grow if grow > 0 else None
-
-
-def _phases_and_cycles(
-    records: list[dict[str, Any]], pmap_cycle: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    rows = list(records)
-    rows.sort(key=lambda r: (r["start_ns"], r["seq"]))
-    for name, source in (pmap_cycle.get("delta_phases") or {}).items():
-        _apply_deltas(rows, "phase", name, source)
-    if pmap_cycle.get("cycle_delta"):
-        _apply_deltas(rows, "cycle", None, pmap_cycle["cycle_delta"])
-    phase_rows = [r for r in rows if r["kind"] == "phase"]
-    cycle_rows = [r for r in rows if r["kind"] == "cycle"]
-    require = pmap_cycle.get("require")
-    starts_with = pmap_cycle.get("starts_with")
-    # Raw cycle numbers count per process. When several processes of one rank recorded cycles
-    # (a restarted rank), a cycle is (pid, number), ordered by its start; else just the number.
-    owners = {r.get("pid") for r in (cycle_rows or [r for r in phase_rows if r["cycle"] >= 0])}
-    per_pid = len(owners) > 1
-
-    def key(r: dict[str, Any]) -> tuple[int, int]:
-        return (r.get("pid") or 0, r["cycle"]) if per_pid else (0, r["cycle"])
-
-    by_cycle: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for r in phase_rows:
-        by_cycle.setdefault(key(r), []).append(r)
-
-    def qualifies(raw_cycle: tuple[int, int]) -> bool:
-        return require is None or any(r["phase"] == require for r in by_cycle.get(raw_cycle, []))
-
-    def phase_accept(raw_cycle: tuple[int, int]) -> float | None:
-        vals = [
-            r["accept_len"]
-            for r in by_cycle.get(raw_cycle, [])
-            if r["accept_len"] is not None and r["depth"] == 0
-        ]
-        return vals[-1] if vals else None
-
-    cycles: list[dict[str, Any]] = []
-    renum: dict[tuple[int, int], int] = {}
-    if cycle_rows:
-        order = (lambda r: (r["start_ns"], r["cycle"])) if per_pid else (lambda r: r["cycle"])
-        for c in sorted(cycle_rows, key=order):
-            k = key(c)
-            if not qualifies(k) or k in renum:
-                continue
-            new = len(renum)
-            renum[k] = new
-            acc = c["accept_len"] if c["accept_len"] is not None else phase_accept(k)
-            cycles.append(
-                {
-                    "cycle": new,
-                    "start_ns": c["start_ns"],
-                    "end_ns": c["end_ns"],
-                    "accept_len": acc,
-                    "source": "cycle_target",
-                }
-            )
-    elif starts_with:
-        firsts = {k: min(r["start_ns"] for r in group) for k, group in by_cycle.items()}
-        started = [k for k in by_cycle if k[1] >= 0]
-        for raw_cycle in (
-            sorted(started, key=lambda k: (firsts[k], k)) if per_pid else sorted(started)
-        ):
-            if not qualifies(raw_cycle):
-                continue
-            group = by_cycle[raw_cycle]
-            new = len(renum)
-            renum[raw_cycle] = new
-            cycles.append(
-                {
-                    "cycle": new,
-                    "start_ns": min(r["start_ns"] for r in group),
-                    "end_ns": max(r["end_ns"] for r in group),
-                    "accept_len": phase_accept(raw_cycle),
-                    "source": f"starts_with:{starts_with}",
-                }
-            )
-    # with a cycle target a call belongs to a cycle only inside that call's time range: calls
-    # between two cycles (a new request's prefill) carry the last cycle's number in the raw rows
-    spans = {key(c): (c["start_ns"], c["end_ns"]) for c in cycle_rows}
-
-    def cycle_of(r: dict[str, Any]) -> int:
-        new = renum.get(key(r), -1)
-        span = spans.get(key(r))
-        if new >= 0 and span is not None and not span[0] <= r["start_ns"] <= span[1]:
-            return -1
-        return new
-
-    out_phases = []
-    for r in phase_rows:
-        out_phases.append(
-            {
-                "cycle": cycle_of(r),
-                "phase": r["phase"],
-                "depth": r["depth"],
-                "parent": r["parent"],
-                "pid": r["pid"],
-                "tid": r["tid"],
-                "seq": r["seq"],
-                "start_ns": r["start_ns"],
-                "end_ns": r["end_ns"],
-                "gpu_start_ns": r["gpu_start_ns"],
-                "gpu_end_ns": r["gpu_end_ns"],
-                "graph_replays": r["graph_replays"],
-                "accept_len": r["accept_len"],
-                "ok": r["ok"],
-                "target": r["target"],
-            }
-        )
-    return out_phases, cycles
-
-
 def _manifest_rows(p: ProcessData, run: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
     for section, values in p.manifest.items():
         for key, value in values.items():
@@ -626,7 +484,7 @@ def merge(run_dir: Path | str) -> MergeResult:
                 "order; check the RANK of each process if that is not expected"
             )
         if recs:
-            phases, cycles = _phases_and_cycles(recs, cycle_cfg)
+            phases, cycles = phases_and_cycles(recs, cycle_cfg)
             write_partition(run_dir, "phases", rank, pa.Table.from_pylist(phases))
             write_partition(
                 run_dir,

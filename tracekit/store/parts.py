@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from tracekit.errors import InputError, RankError
 from tracekit.store import clock as clk
-from tracekit.store.layout import RunLayout
+from tracekit.store.layout import RunLayout, check_run_dir
 from tracekit.store.reader import table_files
 from tracekit.store.schema import TABLES
 from tracekit.store.writer import with_metadata
@@ -130,9 +130,7 @@ def merge_part(path: str) -> list[str]:
 
 def read_part(path: Path, index: int, warnings: list[str]) -> Part:
     path = Path(path)
-    if not path.is_dir():
-        msg = f"{path}: no such run directory; pass the parts `tracekit launch --node-rank K` wrote"
-        raise InputError(msg)
+    check_run_dir(path, hint="pass the parts `tracekit launch --node-rank K` wrote")
     run = _read_run(path)
     if run.get("source") == JOIN_SOURCE:
         msg = f"{path}: a joined run, not a part; pass the parts it lists in run.json (`parts`)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tracekit.errors import RankError
 
@@ -20,6 +20,9 @@ NAME_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?<![A-Za-z])TP-(\d+)"),
     re.compile(r"(?<![A-Za-z])tp[-_]?(\d+)", re.IGNORECASE),
 )
+
+# How a trace's rank was found (the `trace`/`rank_source` manifest entry).
+RankSource = Literal["override", "distributedInfo", "file name"]
 
 MAX_RANK = 2**31  # ranks are int32 in the store; a larger number is not a rank
 
@@ -49,7 +52,9 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def detect_rank(path: Path, distributed_info: Any, override: int | None = None) -> tuple[int, str]:
+def detect_rank(
+    path: Path, distributed_info: Any, override: int | None = None
+) -> tuple[int, RankSource]:
     """(rank, how it was found). Raises RankError when nothing says which rank this is."""
     if override is not None:
         return override, "override"

@@ -56,6 +56,15 @@ EVENTS = pa.schema(
     ]
 )
 
+# Parquet dictionary-encodes these events columns (the dictionary-typed ones and the repetitive
+# collective strings); hashing every `args` text would be wasted.
+EVENTS_DICT_COLUMNS = (
+    *(f.name for f in EVENTS if pa.types.is_dictionary(f.type)),
+    "collective",
+    "dtype",
+    "pg_name",
+)
+
 # manifests: long format, one row a (rank, section, key). Sections:
 #   trace        source_file, trace_name, kineto_schema_version, time_base ("relative_ns" or
 #                "absolute_us"), base_time_ns, display_time_unit
@@ -130,3 +139,12 @@ TABLES: dict[str, pa.Schema] = {
     "cycles": CYCLES,
     "counters": COUNTERS,
 }
+
+
+def _time_columns(schema: pa.Schema) -> tuple[str, ...]:
+    """A table's absolute timestamps: its `*_ns` columns but durations (`dur_ns`)."""
+    return tuple(f.name for f in schema if f.name.endswith("_ns") and f.name != "dur_ns")
+
+
+# The time columns of each table (moved together when a part's clock is corrected).
+TIME_COLUMNS: dict[str, tuple[str, ...]] = {name: _time_columns(s) for name, s in TABLES.items()}

@@ -14,7 +14,6 @@ import pytest
 
 from tests.unit.analyzers import scenarios
 from tracekit.analyzers.model import analyze, breakdown
-from tracekit.analyzers.phases import phase_instances
 from tracekit.errors import StoreError
 
 COLS = ["rank", "cycle", "phase", "wall_ns", "forward_ns", "allreduce_ns", "overhead_ns"]
@@ -72,9 +71,15 @@ def test_phases_add_up_to_the_cycle_span(tmp_path: Path) -> None:
     ]
 
 
+def _instances(run: Path) -> pl.DataFrame:
+    """Every phase instance of the run (sub-phases included), by rank and start."""
+    frames = [r.phases.instances for r in analyze(run).ranks]
+    return pl.concat(frames, how="vertical_relaxed").sort("rank", "start_ns")
+
+
 def test_phase_instances_nesting(tmp_path: Path) -> None:
     run = scenarios.two_rank_gpu(tmp_path)
-    inst = phase_instances(run).filter(pl.col("rank") == 0)
+    inst = _instances(run).filter(pl.col("rank") == 0)
     assert rows(inst, ["cycle", "phase", "start_ns", "end_ns", "depth", "parent", "source"])[
         :3
     ] == [
@@ -119,7 +124,7 @@ def test_sglang_spans_through_the_rule_table(tmp_path: Path) -> None:
         (0, 1, "verify", 1300, 800, 0, 500),
         (0, 1, "draft_extend", 500, 300, 0, 200),
     ]
-    inst = phase_instances(run)
+    inst = _instances(run)
     sub = inst.filter(pl.col("depth") == 1)
     assert rows(sub, ["phase", "parent", "source"]) == [("draft", "draft", "rule")]
 

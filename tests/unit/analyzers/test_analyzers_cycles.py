@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analyzers.cycles import assign_cycles
-from tracekit.analyzers.phases import nest
+from tracekit.store.placement import nest
 
 EMPTY_MARKS = pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
 

@@ -15,9 +15,9 @@ from tracekit.analyzers.diff import (
     bootstrap_ci,
     command_change,
     diff_runs,
-    headline,
     manifest_changes,
 )
+from tracekit.analyzers.headline import headline
 from tracekit.analyzers.kernels import top_kernels
 
 

@@ -42,10 +42,3 @@ def test_merge_of_a_directory_without_raw(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["merge", str(tmp_path)])
     assert res.exit_code == 2
     assert "no `raw/` directory" in res.output
-
-
-def test_launch_and_merge_help() -> None:
-    for cmd in ("launch", "merge"):
-        res = CliRunner().invoke(cli, [cmd, "--help"])
-        assert res.exit_code == 0
-        assert "Example:" in res.output

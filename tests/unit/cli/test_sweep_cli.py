@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import cli
-from tracekit.cli.sweep import (
+from tracekit.cli._sweep_plan import (
     ENV_ACCEPT,
     ENV_RESULT,
     parse_accept,

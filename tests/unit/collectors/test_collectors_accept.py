@@ -13,7 +13,8 @@ from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import RECORDS_FILE, SITES_FILE, Recorder, RecorderConfig, decode
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.errors import CollectorError
-from tracekit.store.merge import _phases_and_cycles, read_stream
+from tracekit.store.merge import read_stream
+from tracekit.store.numbering import phases_and_cycles
 
 HEAD = "[[phase]]\nname = 'draft'\ntargets = ['m:f']\n"
 
@@ -121,7 +122,7 @@ def test_recorder_reads_argument_at_exit_and_merge_makes_deltas(tmp_path: Path) 
     assert [r["accept_len"] for r in rows] == [5.0, 8.0, 9.0, 11.0, 4.0, 8.0]  # raw lengths
     # WHEN merge applies the delta rule (from an argument: growth to the next call)
     cfg = {"starts_with": "draft", "delta_phases": {"draft": "arg"}}
-    phases, cycles = _phases_and_cycles(rows, cfg)
+    phases, cycles = phases_and_cycles(rows, cfg)
     # THEN tokens per cycle; the growth into a new sequence (11 -> 4) and the last call: none
     assert [c["accept_len"] for c in cycles] == [3.0, 1.0, 2.0, None, 4.0, None]
     assert [p["accept_len"] for p in phases] == [3.0, 1.0, 2.0, None, 4.0, None]
@@ -135,7 +136,7 @@ def test_delta_from_return_value_is_growth_from_previous_call() -> None:
         for i, v in enumerate([10.0, 12.0, 15.0])
     ]  # fmt: skip
     cfg = {"starts_with": "verify", "delta_phases": {"verify": "return"}}
-    _phases, cycles = _phases_and_cycles(rows, cfg)
+    _phases, cycles = phases_and_cycles(rows, cfg)
     assert [c["accept_len"] for c in cycles] == [None, 2.0, 3.0]
 
 

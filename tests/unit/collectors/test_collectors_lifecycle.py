@@ -17,7 +17,8 @@ from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.profiler import CycleCounter, CycleWindow, ProfileWindow
 from tracekit.collectors.recorder import PROCESS_FILE, RECORDS_FILE, Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.merge import _phases_and_cycles, _read_records, read_stream
+from tracekit.store.merge import _read_records, read_stream
+from tracekit.store.numbering import phases_and_cycles
 
 
 def _disk(rec: Recorder) -> list[dict[str, Any]]:
@@ -184,7 +185,7 @@ def test_profile_window_profiles_exactly_the_cycles_merge_numbers(
         time.sleep(0.0002)
     rec.close()
     # merge's numbering of the records on disk
-    _phases, cycles = _phases_and_cycles([dict(r, pid=1) for r in _disk(rec)], cfg)
+    _phases, cycles = phases_and_cycles([dict(r, pid=1) for r in _disk(rec)], cfg)
     assert len(cycles) == N_STEPS - len(PREFILL)
     (t_start,) = [t for kind, _n, t in log if kind == "start"]
     stops = [t for kind, _n, t in log if kind == "stop"]

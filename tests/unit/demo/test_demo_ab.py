@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tracekit.demo.server import ab_schedule, parse_args, recording_switch
+from tracekit.demo.options import parse_args
+from tracekit.demo.server import ab_schedule, recording_switch
 from tracekit.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tracekit.demo.server import DemoOptions, choose_backend, main, parse_args
+from tracekit.demo.options import DemoOptions, choose_backend, parse_args
+from tracekit.demo.server import main
 from tracekit.errors import InputError
 
 
@@ -45,9 +46,9 @@ def test_main_prints_one_line_and_returns_2(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_cuda_ranks_beyond_gpus_fall_back_to_gloo(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tracekit.demo.server as server
+    import tracekit.demo.options as options
 
-    monkeypatch.setattr(server, "_cuda_count", lambda: 1)
+    monkeypatch.setattr(options, "cuda_count", lambda: 1)
     backend, message = choose_backend(DemoOptions(ranks=2, device="cuda"))
     assert backend == "gloo"
     assert message is not None

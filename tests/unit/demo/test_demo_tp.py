@@ -12,7 +12,7 @@ from tracekit.demo.config import preset  # noqa: E402
 from tracekit.demo.draft import DraftHead  # noqa: E402
 from tracekit.demo.model import TargetModel  # noqa: E402
 from tracekit.demo.parallel import TensorParallelGroup  # noqa: E402
-from tracekit.demo.server import spawn_ranks  # noqa: E402
+from tracekit.demo.ranks import spawn_ranks  # noqa: E402
 from tracekit.demo.speculative import SpeculativeDecoder  # noqa: E402
 
 CFG = preset("tiny").replace(max_seq_len=128)
@@ -70,7 +70,7 @@ def _fail_on_rank_1(rank: int) -> None:
 
 @pytest.mark.slow
 def test_a_failing_rank_stops_the_others_and_is_named() -> None:
-    from tracekit.demo.server import RankFailedError
+    from tracekit.errors import RankFailedError
 
     with pytest.raises(RankFailedError, match=r"rank [01] of 2 exited with code 1"):
         spawn_ranks(_fail_on_rank_1, 2, (), backend="gloo")

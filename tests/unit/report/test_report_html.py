@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from tests.outputs_synth import make_run
 from tracekit.cli import cli
 from tracekit.errors import InputError, StoreError
-from tracekit.report.html import build, json_for_script, render, write_report
+from tracekit.report.build import build_model
+from tracekit.report.html import write_report
+from tracekit.report.render import json_for_script, render
 
 FIXED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -31,7 +33,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def page(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("out") / "r.html"
-    render(build(runs[0], baseline=runs[1]), out, generated=FIXED)
+    render(build_model(runs[0], baseline=runs[1]), out, generated=FIXED)
     return out.read_text(encoding="utf-8")
 
 
@@ -64,7 +66,7 @@ def test_same_input_same_bytes_apart_from_the_timestamp(
 ) -> None:
     a, b = tmp_path / "a.html", tmp_path / "b.html"
     write_report(runs[0], a, baseline=runs[1])
-    render(build(runs[0], baseline=runs[1]), b, generated=FIXED)
+    render(build_model(runs[0], baseline=runs[1]), b, generated=FIXED)
     la, lb = a.read_text().splitlines(), b.read_text().splitlines()
     diff = [(x, y) for x, y in zip(la, lb) if x != y]
     assert len(la) == len(lb)
@@ -108,7 +110,7 @@ def test_headline_numbers_known_answers(runs: tuple[Path, Path], tmp_path: Path)
     base = tmp_path / "base16"
     make_run(base, ranks=2, cycles=6, baseline=True, cycle_ns=1_600_000)
     out = tmp_path / "r.html"
-    render(build(runs[0], baseline=base), out, generated=FIXED)
+    render(build_model(runs[0], baseline=base), out, generated=FIXED)
     cards = {
         label: value
         for value, label in re.findall(
@@ -147,19 +149,22 @@ def test_comparison_leads_and_all_sections_present(page: str) -> None:
         assert f'id="{f["id"]}"' in page
 
 
-def test_per_cycle_bars_match_the_breakdown(runs: tuple[Path, Path], page: str) -> None:
-    import polars as pl
-
-    from tracekit.analyzers.model import breakdown
-
-    bd = breakdown(runs[0]).filter((pl.col("phase") == "verify") & (pl.col("cycle") >= 0))
+def test_per_cycle_bars_show_the_models_numbers(page: str) -> None:
+    # verify of the synthetic run, every cycle and rank (tests/outputs_synth.py): three 100 µs
+    # GEMMs (forward 0.3 ms), one 100 µs NCCL allreduce (0.1 ms), 150 µs idle before its first
+    # kernel and 3 x 50 µs between them (overhead 0.3 ms)
     figs = [f for f in _payload(page)["figures"] if f["id"].startswith("fig-over-time")]
     assert len(figs) == 2  # draft, verify
-    fig = figs[1]
-    forward = {t["name"]: t for t in fig["data"]}["forward"]
-    want = bd.group_by("cycle").agg(pl.col("forward_ns").mean()).sort("cycle")
-    assert forward["x"] == want["cycle"].to_list()
-    assert forward["y"] == [round(v / 1e6, 4) for v in want["forward_ns"].to_list()]
+    bars = {t["name"]: t for t in figs[1]["data"]}
+    assert bars["forward"]["x"] == [0, 1, 2, 3, 4, 5]
+    assert bars["forward"]["y"] == [0.3] * 6
+    assert bars["allreduce"]["y"] == [0.1] * 6
+    assert bars["overhead"]["y"] == [0.3] * 6
+    # draft: 220 µs busy a cycle (110 + 60 - 10 overlapping + 60); the idle before it is 80 µs
+    # in cycle 0 (from the cycle's start) and 1,080 µs after (from the last verify kernel)
+    draft = {t["name"]: t for t in figs[0]["data"]}
+    assert draft["forward"]["y"] == [0.22] * 6
+    assert draft["overhead"]["y"] == [0.08] + [1.08] * 5
 
 
 def test_manifest_difference_highlighted(page: str) -> None:
@@ -186,10 +191,10 @@ def test_missing_parts_are_said_not_faked(tmp_path: Path) -> None:
 
 def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such run directory"):
-        build(tmp_path / "nope")
+        build_model(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(StoreError, match="tracekit ingest"):
-        build(tmp_path / "empty")
+        build_model(tmp_path / "empty")
 
 
 def test_cli_default_path_and_refusals(runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -209,22 +214,27 @@ def test_cli_default_path_and_refusals(runs: tuple[Path, Path], tmp_path: Path) 
     assert "Traceback" not in r.output
 
 
-def test_lead_sentence_splits_the_device_time_like_the_breakdown(
-    runs: tuple[Path, Path], page: str
-) -> None:
-    import polars as pl
-
-    from tracekit.analyzers.model import breakdown
-
-    bd = breakdown(runs[0]).filter(pl.col("cycle") >= 0)
-    total = bd["wall_ns"].sum()
-    pct = {
-        c: round(100 * bd[f"{c}_ns"].sum() / total) for c in ("forward", "allreduce", "overhead")
-    }
+def test_lead_sentence_splits_the_device_time(page: str) -> None:
+    # per rank over the 6 cycles (µs, test_report_model.py): forward 3,120, allreduce 600,
+    # overhead 7,280 of 11,000 -> 28 %, 5 %, 66 %; draft p50 1.3 ms, verify 0.7 ms
     lead = re.search(r"<p class=lead>(.*?)</p>", page)
     assert lead
+    assert lead.group(1) == (
+        "Cycle p50 2.0 ms; phase p50s: draft 1.3 ms, verify 0.7 ms. Of the device time, 28 % is "
+        "forward compute, 5 % allreduce and 66 % overhead (idle)."
+    )
+
+
+def test_diff_table_renders_the_models_numbers() -> None:
+    from tracekit.report.model import Diff, DiffPhase, ManifestChange
+    from tracekit.report.render_tables import diff
+
+    phase = DiffPhase("draft", 1.3, 1.8, 0.5, (0.4996, 0.5004), True, 0.0, None, 0.5)
+    body = diff(Diff(["draft is slower"], [phase], [ManifestChange("env", "X", "1", None)])).body
+    assert "<ul class=headline><li>draft is slower</li></ul>" in body
     assert (
-        f"{pct['forward']} % is forward compute, {pct['allreduce']} % allreduce and "
-        f"{pct['overhead']} % overhead (idle)"
-    ) in lead.group(1)
-    assert "draft 1.3 ms, verify 0.7 ms" in lead.group(1)
+        '<tr class="differs"><td>draft</td><td class=num>1.300</td><td class=num>1.800</td>'
+        "<td class=num>0.500</td><td class=num>0.500 to 0.500</td><td>yes</td>"
+        "<td class=num>0.000</td><td class=num>n/a</td><td class=num>0.500</td></tr>"
+    ) in body
+    assert "<tr><td>env</td><td>X</td><td>1</td><td></td></tr>" in body

@@ -199,19 +199,6 @@ def durations(dur: Sequence[Any] | np.ndarray, *, stats: BatchStats) -> np.ndarr
     return dur_ns
 
 
-ARG_FIELDS = (
-    "stream",
-    "correlation",
-    "external_id",
-    "device",
-    "cbid",
-    "collective",
-    "dtype",
-    "msg_nelems",
-    "group_size",
-    "pg_name",
-    "bytes",
-)
 ARG_STR_FIELDS = frozenset({"collective", "dtype", "pg_name"})
 ARG_INT32_FIELDS = frozenset({"cbid", "group_size"})
 
@@ -221,7 +208,7 @@ class Columns:
     """One batch of kept events as Arrow columns, before the derived columns (`assemble`).
 
     `args_all[i]` is row i's args object as written plus "\\n" (`{}\\n` where it has none);
-    `args` holds the typed args fields (ARG_FIELDS, int64/int32/string).
+    `args` holds the typed args fields (`fallback.Args`, int64/int32/string).
     """
 
     ph: pa.DictionaryArray

@@ -1,0 +1,308 @@
+"""The report's sections of one run's analysis: headline, per-cycle components, distributions,
+rank skew, CUDA graphs and allreduce implementations, top kernels.
+
+Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew`, `rank_waits`,
+`kernels_of`) or are plain aggregates of the analysis's breakdown rows (docs/DEFINITIONS.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+import polars as pl
+
+from tracekit.errors import TracekitError
+from tracekit.report.model import (
+    COMPONENTS,
+    Breakeven,
+    Component,
+    Distributions,
+    GraphPhase,
+    GraphsAllreduce,
+    Headline,
+    ImplCount,
+    Kernel,
+    Kernels,
+    NoCycles,
+    OverTime,
+    PhaseCycles,
+    PhaseRow,
+    PhaseSamples,
+    Section,
+    Skew,
+    SkewPhase,
+)
+
+if TYPE_CHECKING:
+    from tracekit.report.build import Run
+
+NS_PER_MS = 1_000_000
+TOP_KERNELS = 10
+
+
+def sections(run: Run, be: Breakeven | str) -> list[Section]:
+    return [
+        headline(run, be),
+        over_time(run),
+        distributions(run),
+        skew(run),
+        graphs_allreduce(run),
+        kernels(run),
+    ]
+
+
+def unavailable(exc: BaseException, what: str) -> str:
+    """Why a section is missing: its analyzer is not installed, or it raised `exc`."""
+    if isinstance(exc, ImportError):
+        return f"{what} is not available in this tracekit (`{exc.name or exc}` is not installed)"
+    return f"{what} failed: {exc}"
+
+
+def _missing(run: Run, what: str) -> str | None:
+    """Why a section of a run whose analysis failed is missing."""
+    return run.error if run.exc is None else unavailable(run.exc, what)
+
+
+# ---- headline ---------------------------------------------------------------------------------
+
+
+def graph_cycle_frac(bd: pl.DataFrame) -> float | None:
+    """The share of (rank, cycle) pairs in which some phase instance launched a CUDA graph."""
+    per = (
+        bd.filter(pl.col("cycle") >= 0)
+        .group_by("rank", "cycle")
+        .agg(pl.col("graph_replayed").any())
+    )
+    return (
+        None
+        if per.height == 0
+        else float(cast("float", per["graph_replayed"].cast(pl.Float64).mean()))
+    )
+
+
+def device_pct(bd: pl.DataFrame) -> dict[Component, float] | None:
+    """forward / allreduce / overhead in % of the device time of the cycles' phase instances."""
+    top = bd.filter(pl.col("cycle") >= 0)
+    total = int(top["wall_ns"].sum() or 0)
+    if not total:
+        return None
+    return {c: 100.0 * int(top[f"{c}_ns"].sum()) / total for c in COMPONENTS}
+
+
+def _phase_rows(phases: dict[str, dict[str, Any]]) -> list[PhaseRow]:
+    return [
+        PhaseRow(
+            phase=p,
+            count=int(v["count"]),
+            wall_ms_p50=v["wall_ms_p50"],
+            wall_ms_p90=v["wall_ms_p90"],
+            forward_pct=v["forward_pct"],
+            allreduce_pct=v["allreduce_pct"],
+            overhead_pct=v["overhead_pct"],
+            graph_replayed_frac=v.get("graph_replayed_frac"),
+        )
+        for p, v in sorted(phases.items())
+    ]
+
+
+def headline(run: Run, be: Breakeven | str) -> Section:
+    title = "Headline"
+    if run.no_cycles is not None:
+        return Section(
+            "headline", title, NoCycles(run.error or "", dict(sorted(run.no_cycles.items())))
+        )
+    bd = run.bd
+    sm = run.summary
+    if sm is None or bd is None:
+        return Section("headline", title, unavailable=run.error)
+    profiled = sm.get("profiled_cycles")
+    data = Headline(
+        ranks=int(sm["ranks"]),
+        cycles=int(sm["cycles"]),
+        cycle_ms_p50=sm["cycle_ms_p50"],
+        cycle_ms_mean=sm["cycle_ms_mean"],
+        tokens_per_s=sm["tokens_per_s"],
+        accept_len_mean=sm["accept_len_mean"],
+        breakeven=be if isinstance(be, Breakeven) else None,
+        graph_cycle_frac=graph_cycle_frac(bd),
+        device_pct=device_pct(bd),
+        phases=_phase_rows(sm.get("phases", {})),
+        steady_note=sm.get("steady_note"),
+        profiled_cycles=None if not profiled else (int(profiled[0]), int(profiled[1])),
+        approximate=bool(sm.get("approximate")),
+        allreduce_measured=bool(sm.get("allreduce_measured", True)),
+        allreduce_note=sm.get("allreduce_note"),
+        unknown_comm_kernels=list(sm.get("unknown_comm_kernels") or []),
+    )
+    return Section("headline", title, data)
+
+
+# ---- per cycle, per rank ----------------------------------------------------------------------
+
+
+def over_time(run: Run) -> Section:
+    """Per phase and cycle the mean over ranks of each component, every cycle (warm-up too)."""
+    title = "Where each cycle's time goes, per phase"
+    if run.analysis is None:
+        return Section("over-time", title, unavailable=run.error)
+    per = (
+        run.analysis.breakdown.filter(pl.col("cycle") >= 0)
+        .group_by("phase", "cycle")
+        .agg([pl.col(f"{c}_ns").mean() for c in COMPONENTS])
+        .sort("phase", "cycle")
+    )
+    phases = []
+    for phase in sorted(per["phase"].unique().to_list()):
+        rows = per.filter(pl.col("phase") == phase)
+        ms: dict[Component, list[float | None]] = {
+            c: (rows[f"{c}_ns"] / NS_PER_MS).to_list() for c in COMPONENTS
+        }
+        phases.append(PhaseCycles(phase, rows["cycle"].to_list(), ms))
+    return Section("over-time", title, OverTime(phases))
+
+
+def distributions(run: Run) -> Section:
+    title = "Distributions per phase and rank"
+    bd = run.bd
+    if bd is None:
+        return Section("distributions", title, unavailable=run.error)
+    bd = bd.filter(pl.col("cycle") >= 0).sort("rank", "cycle")
+    phases = []
+    for phase in sorted(bd["phase"].unique().to_list()):
+        rows = bd.filter(pl.col("phase") == phase)
+        phases.append(
+            PhaseSamples(phase, rows["rank"].to_list(), (rows["wall_ns"] / NS_PER_MS).to_list())
+        )
+    return Section("distributions", title, Distributions(phases))
+
+
+def _us_quantile(col: pl.Series, q: float) -> float | None:
+    v = col.drop_nulls().cast(float).quantile(q, interpolation="linear")
+    return None if v is None else float(v) / 1000
+
+
+def rank_lag(bd: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, cycle): lag_ns, the rank's work (wall minus its allreduce wait from
+    `rank_waits`, summed over the cycle's phases) minus the least work of any rank then."""
+    return (
+        bd.filter(pl.col("cycle") >= 0)
+        .select("rank", "cycle", "phase", "wall_ns")
+        .join(
+            waits.select("rank", "cycle", "phase", "allreduce_wait_ns"),
+            on=["rank", "cycle", "phase"],
+            how="left",
+        )
+        .with_columns(
+            (pl.col("wall_ns") - pl.col("allreduce_wait_ns").fill_null(0)).alias("work_ns")
+        )
+        .group_by("rank", "cycle")
+        .agg(pl.col("work_ns").sum())
+        .with_columns((pl.col("work_ns") - pl.col("work_ns").min().over("cycle")).alias("lag_ns"))
+        .sort("rank", "cycle")
+    )
+
+
+def _skew_phases(sk: pl.DataFrame) -> list[SkewPhase]:
+    from tracekit.analyzers.skew import phase_skew
+
+    per = phase_skew(sk) if sk.height else {}
+    out = []
+    for phase in sorted(sk["phase"].unique().to_list()):
+        ph = sk.filter(pl.col("phase") == phase)
+        p = per.get(phase, {})
+        out.append(
+            SkewPhase(
+                phase=phase,
+                cycles=ph.height,
+                spread_us_p50=_us_quantile(ph["spread_ns"], 0.5),
+                spread_us_p90=_us_quantile(ph["spread_ns"], 0.9),
+                wait_us_p50=_us_quantile(ph["allreduce_wait_ns_max"], 0.5),
+                slowest_rank=p.get("slowest_rank"),
+                slowest_frac=p.get("slowest_rank_frac"),
+            )
+        )
+    return out
+
+
+def skew(run: Run) -> Section:
+    title = "Rank skew"
+    what = "the skew analysis (`tracekit.analyzers.skew`)"
+    if run.analysis is None:
+        return Section("skew", title, unavailable=_missing(run, what))
+    try:
+        from tracekit.analyzers.skew import rank_waits, skew_of
+
+        an = run.analysis
+        sk = skew_of(an)
+        lag = rank_lag(an.breakdown, rank_waits(an.breakdown, an.collectives))
+    except (ImportError, TracekitError) as exc:
+        return Section("skew", title, unavailable=unavailable(exc, what))
+    ranks = sorted(lag["rank"].unique().to_list())
+    cycles = sorted(lag["cycle"].unique().to_list())
+    col_of = {c: i for i, c in enumerate(cycles)}
+    z: list[list[float | None]] = [[None] * len(cycles) for _ in ranks]
+    for i, r in enumerate(ranks):
+        rows = lag.filter(pl.col("rank") == r)
+        for c, v in zip(rows["cycle"].to_list(), rows["lag_ns"].to_list()):
+            z[i][col_of[c]] = None if v is None else v / 1000
+    return Section("skew", title, Skew(_skew_phases(sk), ranks, cycles, z))
+
+
+def graphs_allreduce(run: Run) -> Section:
+    title = "CUDA graphs and allreduce implementations"
+    bd = run.bd
+    if bd is None or run.summary is None:
+        return Section("graphs-allreduce", title, unavailable=run.error)
+    g = (
+        bd.filter(pl.col("cycle") >= 0)
+        .group_by("phase")
+        .agg(
+            pl.len().alias("n"),
+            pl.col("graph_replayed").sum().alias("replayed"),
+            pl.col("graph_kernel_frac").mean().alias("frac"),
+        )
+        .sort("phase")
+    )
+    graphs = [
+        GraphPhase(r["phase"], int(r["n"]), int(r["replayed"]), r["frac"])
+        for r in g.iter_rows(named=True)
+    ]
+    impls = []
+    for phase, v in sorted(run.summary["phases"].items()):
+        counts = v.get("allreduce_impl") or {}
+        if not counts:
+            impls.append(ImplCount(phase, None, None))
+        impls += [ImplCount(phase, impl, int(n)) for impl, n in sorted(counts.items())]
+    return Section("graphs-allreduce", title, GraphsAllreduce(graphs, impls))
+
+
+def kernels(run: Run) -> Section:
+    title = "Top kernels per phase"
+    what = "the kernel table (`tracekit.analyzers.kernels`)"
+    if run.analysis is None:
+        return Section("kernels", title, unavailable=_missing(run, what))
+    try:
+        from tracekit.analyzers.kernels import kernels_of
+
+        tk = kernels_of(run.analysis, TOP_KERNELS)
+    except (ImportError, TracekitError) as exc:
+        return Section("kernels", title, unavailable=unavailable(exc, what))
+    if tk.height == 0:
+        return Section(
+            "kernels",
+            title,
+            unavailable="no kernels attributed to phases (a light-mode run records no kernels; use `--mode full`)",
+        )
+    out: dict[str, list[Kernel]] = {}
+    for phase in sorted(tk["phase"].unique().to_list()):
+        out[phase] = [
+            Kernel(
+                name=r["name"],
+                count=int(r["count"]),
+                total_ms=r["total_ns"] / NS_PER_MS,
+                mean_us=r["total_ns"] / 1000 / r["count"] if r["count"] else None,
+                allreduce_impl=r["allreduce_impl"],
+            )
+            for r in tk.filter(pl.col("phase") == phase).iter_rows(named=True)
+        ]
+    return Section("kernels", title, Kernels(out))

@@ -1,0 +1,206 @@
+"""Merge's cycles: which raw cycles of a rank's records are cycles, their numbers, and the
+`phases` rows placed in them (tracekit/store/placement.py decides nesting and membership).
+
+Raw cycle numbers (the recorder's, per process) only say which records a cycle rule groups:
+with a cycle target every outermost call is a raw cycle, with `starts_with` a raw cycle starts
+at each outermost call of that phase. A raw cycle is a cycle when the map's `require` phase ran
+in it (a prefill batch is none); cycles are numbered from 0 per rank, in raw order (in start
+order when several processes of one rank recorded cycles: a restarted rank). Each phase row
+then gets its depth, parent and cycle from placement.py, like a trace's annotation ranges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import polars as pl
+
+from tracekit.store.placement import nest, place
+
+# `cycles.source`: how the cycle was found (analyzers/cycles.py adds the trace's kinds)
+CycleSource = Literal["cycle_target", "starts_with", "cycle_annotation", "phases", "cycles"]
+Row = dict[str, Any]
+RawKey = tuple[int, int]  # (pid, raw cycle number); pid 0 unless cycles are per process
+
+PHASE_ROW_COLUMNS = {  # the `phases` rows merge writes, in the table's order (store/schema.py)
+    "cycle": pl.Int64,
+    "phase": pl.String,
+    "depth": pl.Int32,
+    "parent": pl.String,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "seq": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "gpu_start_ns": pl.Int64,
+    "gpu_end_ns": pl.Int64,
+    "graph_replays": pl.Int64,
+    "accept_len": pl.Float64,
+    "ok": pl.Boolean,
+    "target": pl.String,
+}
+
+
+def cycle_source(kind: CycleSource, phase: str | None = None) -> str:
+    """The `source` value of a cycle found by `kind` (`starts_with:<phase>` for starts_with)."""
+    return f"{kind}:{phase}" if kind == "starts_with" else kind
+
+
+def apply_deltas(rows: list[Row], kind: str, phase: str | None, source: str) -> None:
+    """Turn the lengths an accept rule of kind "delta" recorded into tokens per call, in place.
+
+    The calls are the outermost ones of that phase (or the cycle-target calls), per process in
+    time order. A length read from an argument is the state before the call's cycle, so a
+    call's tokens are the growth to the next call; one read from a return value is the state
+    after, so the growth from the previous call. A growth <= 0 (a new sequence began) and a
+    call without a neighbour have none (DEFINITIONS.md "acceptance rules").
+    """
+    calls: dict[Any, list[Row]] = {}
+    for r in rows:
+        if r["kind"] != kind or (phase is not None and r["phase"] != phase):
+            continue
+        if r["depth"] != 0:
+            r["accept_len"] = None
+            continue
+        calls.setdefault(r.get("pid"), []).append(r)
+    for group in calls.values():
+        vals = [r["accept_len"] for r in group]
+        for i, r in enumerate(group):
+            j = i + 1 if source == "arg" else i - 1
+            a = vals[i]
+            b = vals[j] if 0 <= j < len(vals) else None
+            if a is None or b is None or a != a or b != b:
+                r["accept_len"] = None
+                continue
+            grow = (b - a) if source == "arg" else (a - b)
+            r["accept_len"] = grow if grow > 0 else None
+
+
+class _RawCycles:
+    """A rank's records grouped by raw cycle, and the `require` rule over them."""
+
+    def __init__(self, phase_rows: list[Row], cycle_rows: list[Row], cfg: dict[str, Any]) -> None:
+        self.require = cfg.get("require")
+        # Raw cycle numbers count per process. When several processes of one rank recorded
+        # cycles (a restarted rank), a cycle is (pid, number), ordered by its start.
+        owners = {r.get("pid") for r in (cycle_rows or [r for r in phase_rows if r["cycle"] >= 0])}
+        self.per_pid = len(owners) > 1
+        self.groups: dict[RawKey, list[Row]] = {}
+        for r in phase_rows:
+            self.groups.setdefault(self.key(r), []).append(r)
+
+    def key(self, r: Row) -> RawKey:
+        return (r.get("pid") or 0, r["cycle"]) if self.per_pid else (0, r["cycle"])
+
+    def qualifies(self, raw: RawKey) -> bool:
+        group = self.groups.get(raw, [])
+        return self.require is None or any(r["phase"] == self.require for r in group)
+
+    def phase_accept(self, raw: RawKey) -> float | None:
+        """The last outermost phase's tokens in the raw cycle (a phase's accept rule)."""
+        vals = [
+            r["accept_len"]
+            for r in self.groups.get(raw, [])
+            if r["accept_len"] is not None and r["depth"] == 0
+        ]
+        return vals[-1] if vals else None
+
+
+def _cycle(new: int, pid: int, start: int, end: int, accept: float | None, src: str) -> Row:
+    return {
+        "cycle": new,
+        "start_ns": start,
+        "end_ns": end,
+        "accept_len": accept,
+        "source": src,
+        "pid": pid,  # the owner, for placement when cycles are per process; not written
+    }
+
+
+def _target_cycles(raw: _RawCycles, cycle_rows: list[Row]) -> list[Row]:
+    """Cycles of a cycle target: its qualifying calls, spans and accept as recorded."""
+    order: Callable[[Row], Any] = (
+        (lambda r: (r["start_ns"], r["cycle"])) if raw.per_pid else (lambda r: r["cycle"])
+    )
+    cycles: list[Row] = []
+    seen: set[RawKey] = set()
+    for c in sorted(cycle_rows, key=order):
+        k = raw.key(c)
+        if not raw.qualifies(k) or k in seen:
+            continue
+        seen.add(k)
+        acc = c["accept_len"] if c["accept_len"] is not None else raw.phase_accept(k)
+        src = cycle_source("cycle_target")
+        cycles.append(_cycle(len(cycles), k[0], c["start_ns"], c["end_ns"], acc, src))
+    return cycles
+
+
+def _starts_with_cycles(raw: _RawCycles, starts_with: str) -> list[Row]:
+    """Cycles of a `starts_with` rule: each qualifying raw cycle's extent of phases."""
+    firsts = {k: min(r["start_ns"] for r in group) for k, group in raw.groups.items()}
+    started = [k for k in raw.groups if k[1] >= 0]
+    order = sorted(started, key=lambda k: (firsts[k], k)) if raw.per_pid else sorted(started)
+    cycles: list[Row] = []
+    src = cycle_source("starts_with", starts_with)
+    for k in order:
+        if not raw.qualifies(k):
+            continue
+        group = raw.groups[k]
+        start, end = min(r["start_ns"] for r in group), max(r["end_ns"] for r in group)
+        cycles.append(_cycle(len(cycles), k[0], start, end, raw.phase_accept(k), src))
+    return cycles
+
+
+def _nested(phase_rows: list[Row]) -> pl.DataFrame:
+    """The phase rows' ranges nested by placement.py (`_row`: the row's index); the rows take
+    its depth and parent (the delta and accept rules below count outermost calls by them)."""
+    keys = ("phase", "pid", "tid", "seq", "start_ns", "end_ns")
+    frame = pl.DataFrame(
+        {c: [r.get(c) for r in phase_rows] for c in keys},
+        schema={c: PHASE_ROW_COLUMNS[c] for c in keys},
+    ).with_row_index("_row")
+    inst = nest(frame)
+    for i, depth, parent in inst.select("_row", "depth", "parent").iter_rows():
+        phase_rows[i]["depth"] = depth
+        phase_rows[i]["parent"] = parent
+    return inst
+
+
+def _placed(
+    phase_rows: list[Row], inst: pl.DataFrame, cycles: list[Row], per_pid: bool
+) -> list[Row]:
+    """The `phases` rows: the phase rows with their cycle from placement.py."""
+    spans = pl.DataFrame(
+        {k: [c[k] for c in cycles] for k in ("cycle", "start_ns", "end_ns", "pid")},
+        schema={"cycle": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "pid": pl.Int64},
+    )
+    placed = place(inst, spans, by="pid" if per_pid else None).sort("_row")["cycle"]
+    return [
+        {c: (cycle if c == "cycle" else r.get(c)) for c in PHASE_ROW_COLUMNS}
+        for r, cycle in zip(phase_rows, placed.to_list(), strict=True)
+    ]
+
+
+def phases_and_cycles(records: list[Row], cfg: dict[str, Any]) -> tuple[list[Row], list[Row]]:
+    """A rank's `phases` and `cycles` rows from its decoded records (with `pid`).
+
+    `cfg`: the map's cycle rule (`require`, `starts_with`) and its accept rules of kind
+    "delta" (`delta_phases`: phase -> "arg" | "return", `cycle_delta`)."""
+    rows = sorted(records, key=lambda r: (r["start_ns"], r["seq"]))
+    phase_rows = [r for r in rows if r["kind"] == "phase"]
+    inst = _nested(phase_rows)
+    for name, source in (cfg.get("delta_phases") or {}).items():
+        apply_deltas(rows, "phase", name, source)
+    if cfg.get("cycle_delta"):
+        apply_deltas(rows, "cycle", None, cfg["cycle_delta"])
+    cycle_rows = [r for r in rows if r["kind"] == "cycle"]
+    raw = _RawCycles(phase_rows, cycle_rows, cfg)
+    if cycle_rows:
+        cycles = _target_cycles(raw, cycle_rows)
+    elif cfg.get("starts_with"):
+        cycles = _starts_with_cycles(raw, cfg["starts_with"])
+    else:
+        cycles = []
+    phases = _placed(phase_rows, inst, cycles, raw.per_pid)
+    return phases, [{k: v for k, v in c.items() if k != "pid"} for c in cycles]
