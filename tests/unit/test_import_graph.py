@@ -102,8 +102,6 @@ KNOWN_VIOLATIONS: set[tuple[str, str]] = {
     ("tracekit.collectors.launcher", "tracekit.store.merge"),
     ("tracekit.collectors.launcher", "tracekit.store.reader"),
     ("tracekit.collectors.launcher", "tracekit.store.schema"),
-    # the analysis model replaces the one-slot cache (item 4)
-    ("tracekit.export.perfetto", "tracekit.analyzers._load"),
 }
 
 
