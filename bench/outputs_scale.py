@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.outputs_synth import make_run  # noqa: E402
-from tracekit.export.perfetto import export  # noqa: E402
+from tracekit.export.perfetto import export_run  # noqa: E402
 from tracekit.report.html import write_report  # noqa: E402
 from tracekit.store.reader import read_table  # noqa: E402
 
@@ -73,7 +73,7 @@ def main() -> None:
 
             def run_export(jobs: int = jobs, stats: dict = stats, cpu: list = cpu) -> None:
                 c = time.process_time()
-                stats["s"] = export(run, out, jobs=jobs)
+                stats["s"] = export_run(run, out, jobs=jobs)
                 cpu.append(time.process_time() - c)
 
             load0 = os.getloadavg()[0]

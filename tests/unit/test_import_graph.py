@@ -82,8 +82,6 @@ IMPORTED_BY = {"server": {"cli", "launch"}, "demo": {"cli"}}
 # (importer, imported) pairs that break the rules today; see the docstring. Each is being removed
 # by another branch of issue 12; the coordinator empties this set as they land.
 KNOWN_VIOLATIONS: set[tuple[str, str]] = {
-    # the analysis model replaces the one-slot cache (item 4)
-    ("tracekit.export.perfetto", "tracekit.analyzers._load"),
 }
 
 

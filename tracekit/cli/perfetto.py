@@ -29,12 +29,12 @@ def command(run_dir: Path, output: Path | None, flows: bool, force: bool) -> Non
         tracekit perfetto runs/demo-001 -o demo.pftrace --flows
         tracekit view runs/demo-001/tracekit.pftrace
     """
-    from tracekit.export.perfetto import export
+    from tracekit.export.perfetto import export_run
     from tracekit.store.layout import RunLayout
 
     check_overwrite(output, force=force)
     out = output if output is not None else RunLayout(run_dir).perfetto
-    stats = export(run_dir, out, flows=flows)
+    stats = export_run(run_dir, out, flows=flows)
     for note in stats.notes:
         click.echo(f"note: {note}", err=True)
     size = out.stat().st_size

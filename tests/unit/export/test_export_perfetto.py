@@ -13,7 +13,7 @@ import pytest
 from tests.outputs_synth import FILL, GEMM, NCCL, make_run
 from tests.pftrace_read import ReadBack, read_back
 from tracekit.errors import InputError, StoreError
-from tracekit.export.perfetto import export, write_perfetto
+from tracekit.export.perfetto import export, export_run, write_perfetto
 from tracekit.store import reader
 from tracekit.store.reader import read_table
 from tracekit.store.schema import SCHEMA_VERSION
@@ -194,13 +194,16 @@ def test_metadata_records_versions(run: tuple[Path, ReadBack]) -> None:
     store_schema = int(meta_kv[b"tracekit.schema_version"])
     meta = next(s for s in rb.instants if s.name == "tracekit run")
     assert meta.args["schema_version"] == store_schema == SCHEMA_VERSION
-    assert meta.args["tracekit_version"] == importlib.metadata.version("tracekit-spec")
+    # the version of the distribution that installed the `tracekit` package (its name is
+    # looked up, not written here: a renamed distribution still passes)
+    (dist,) = set(importlib.metadata.packages_distributions()["tracekit"])
+    assert meta.args["tracekit_version"] == importlib.metadata.version(dist)
     assert meta.args["tracekit_version"] == meta_kv[b"tracekit.version"].decode()
 
 
 def test_light_run_without_events_still_has_phases(tmp_path: Path) -> None:
     make_run(tmp_path, ranks=1, cycles=3, events=False, counters=False)
-    stats = export(tmp_path, tmp_path / "l.pftrace")
+    stats = export_run(tmp_path, tmp_path / "l.pftrace")
     rb = read_back(stats.path)
     assert Counter(s.name for s in rb.slices) == {
         "draft": 3,
@@ -259,6 +262,80 @@ def test_phase_and_cycle_args_carry_the_breakdown(run: tuple[Path, ReadBack]) ->
                 assert s.args["wall_ns"] == rows["wall_ns"].sum()
 
 
+def test_phase_and_cycle_args_have_the_known_figures(run: tuple[Path, ReadBack]) -> None:
+    # GIVEN make_run's figures (tests/outputs_synth.py, 3 draft kernels: 110, 60 and 60 µs, the
+    # first two overlapping by 10 µs; 4 verify kernels of 100 µs, the last an NCCL allreduce)
+    _, rb = run
+    for _rank, proc in _rank_tracks(rb).items():
+        kids = {rb.track_name(u): u for u in rb.children(proc)}
+        phases = [s for s in rb.slices if s.track == kids["phases"]]
+        cycles = [s for s in rb.slices if s.track == kids["cycles"]]
+        # THEN each phase slice carries them
+        for s in phases:
+            if s.name == "draft":
+                assert (s.args["kernels"], s.args["forward_ns"], s.args["allreduce_ns"]) == (
+                    3,
+                    220_000,
+                    0,
+                )
+                assert "allreduce_impl" not in s.args
+            else:
+                assert (s.args["kernels"], s.args["forward_ns"], s.args["allreduce_ns"]) == (
+                    4,
+                    300_000,
+                    100_000,
+                )
+                assert s.args["allreduce_impl"].startswith("nccl:")
+        # and each cycle slice their sums
+        assert len(cycles) == 4
+        for s in cycles:
+            assert (s.args["forward_ns"], s.args["allreduce_ns"]) == (520_000, 100_000)
+            assert s.args["allreduce_impl"].startswith("nccl:")
+            assert s.args["graph_replayed"] is False
+
+
+def test_an_analysis_exports_the_same_bytes_as_its_run_dir(
+    run: tuple[Path, ReadBack], tmp_path: Path
+) -> None:
+    from tracekit.analyzers.model import analyze
+
+    run_dir, _ = run
+    out = export(analyze(run_dir), tmp_path / "a.pftrace", flows=True).path
+    assert out.read_bytes() == (run_dir / "t.pftrace").read_bytes()
+
+
+def test_phase_args_are_joined_on_the_instance_id(tmp_path: Path) -> None:
+    # GIVEN a run's analysis whose breakdown rows say wall_ns = 1000 + inst and start_ns = 0
+    # (the key is the instance id, not the row's start), and whose cycle frame says wall_ns =
+    # 7000 + cycle (figures no phase or cycle has)
+    from dataclasses import replace
+
+    from tracekit.analyzers.model import analyze
+
+    make_run(tmp_path, ranks=1, cycles=3, counters=False)
+    analysis = analyze(tmp_path)
+    (ra,) = analysis.ranks
+    assert ra.breakdown is not None
+    assert ra.cycles is not None
+    ra = replace(
+        ra,
+        breakdown=ra.breakdown.with_columns(wall_ns=1000 + pl.col("inst"), start_ns=0),
+        cycles=ra.cycles.with_columns(wall_ns=7000 + pl.col("cycle")),
+    )
+    # WHEN exporting it
+    rb = read_back(export(replace(analysis, ranks=(ra,)), tmp_path / "i.pftrace").path)
+    # THEN each phase slice has its own instance's row, and each cycle its cycle frame's wall
+    inst = {
+        (p, s): i for p, s, i in ra.phases.instances.select("phase", "start_ns", "inst").iter_rows()
+    }
+    kids = {rb.track_name(u): u for u in rb.children(next(iter(_rank_tracks(rb).values())))}
+    phases = [s for s in rb.slices if s.track == kids["phases"]]
+    assert len(phases) == 6
+    assert all(s.args["wall_ns"] == 1000 + inst[(s.name, s.start)] for s in phases)
+    cycles = [s for s in rb.slices if s.track == kids["cycles"]]
+    assert sorted(s.args["wall_ns"] for s in cycles) == [7000, 7001, 7002]
+
+
 @pytest.mark.slow
 def test_parallel_ranks_write_the_same_trace(tmp_path: Path) -> None:
     # GIVEN a 3-rank run, written in this process and by 2 worker processes
@@ -266,7 +343,7 @@ def test_parallel_ranks_write_the_same_trace(tmp_path: Path) -> None:
     one = read_back(write_perfetto(tmp_path / "run", tmp_path / "one.pftrace", flows=True, jobs=1))
     two = read_back(write_perfetto(tmp_path / "run", tmp_path / "two.pftrace", flows=True, jobs=2))
 
-    def content(rb: ReadBack) -> Counter:
+    def content(rb: ReadBack) -> Counter[tuple[object, ...]]:
         return Counter(
             (
                 rb.track_name(s.track),

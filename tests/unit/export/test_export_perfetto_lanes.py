@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.export._lanes import (
+from tracekit.export.perfetto.lanes import (
     _sweep_order_lexsort,
     disjoint_lanes,
     is_nested,

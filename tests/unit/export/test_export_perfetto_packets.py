@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket
 
-from tracekit.export import _pbenc
+from tracekit.export.perfetto import packets, wire
 
 u64 = st.integers(min_value=0, max_value=2**63 - 1)
 
@@ -26,7 +26,7 @@ def _reference(ts: int, typ: int, uuid: int, seq: int, iid: int, corr: int, flow
     if corr:
         p.track_event.correlation_id = corr
     p.sequence_flags = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-    return t.SerializeToString()
+    return bytes(t.SerializeToString())
 
 
 @settings(max_examples=50, deadline=None)
@@ -40,7 +40,7 @@ def test_track_event_packets_match_protobuf(rows: list[tuple[int, ...]], seq: in
     # GIVEN
     ts, typ, uuid, iid, corr, flow = (np.array(c, dtype=np.uint64) for c in zip(*rows))
     # WHEN
-    blob, lens = _pbenc.track_event_packets(
+    blob, lens = packets.track_event_packets(
         ts=ts,
         event_type=typ,
         track_uuid=uuid,
@@ -50,7 +50,9 @@ def test_track_event_packets_match_protobuf(rows: list[tuple[int, ...]], seq: in
         flow_id=flow,
     )
     # THEN
-    expected = [_reference(*(int(x) for x in r[:3]), seq, *(int(x) for x in r[3:])) for r in rows]
+    expected = [
+        _reference(int(t), int(k), int(u), seq, int(i), int(c), int(f)) for t, k, u, i, c, f in rows
+    ]
     assert blob == b"".join(expected)
     assert lens.tolist() == [len(e) for e in expected]
 
@@ -60,7 +62,7 @@ def test_counter_packets_match_protobuf_and_skip_nan() -> None:
     ts = np.array([10, 20, 30], dtype=np.int64)
     vals = np.array([1.5, float("nan"), -2.25])
     # WHEN
-    blob = _pbenc.counter_packets(ts=ts, track_uuid=77, sequence_id=3, values=vals)
+    blob = packets.counter_packets(ts=ts, track_uuid=77, sequence_id=3, values=vals)
     # THEN
     t = Trace()
     t.ParseFromString(blob)
@@ -75,5 +77,5 @@ def test_counter_packets_match_protobuf_and_skip_nan() -> None:
 
 
 def test_varint_lengths() -> None:
-    piece = _pbenc.varint(np.array([0, 127, 128, 2**14, 2**63], dtype=np.uint64))
+    piece = wire.varint(np.array([0, 127, 128, 2**14, 2**63], dtype=np.uint64))
     assert piece.lens.tolist() == [1, 1, 2, 3, 10]
