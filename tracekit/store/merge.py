@@ -216,6 +216,7 @@ def _unseen_cycle_phase(cycle_cfg: dict[str, Any], seen: set[str]) -> str | None
 
 
 def merge(run_dir: Path | str) -> MergeResult:
+    """Merge `run_dir/raw/` into the run's store (the module's docstring says how)."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
     if not layout.raw.is_dir():
@@ -231,98 +232,25 @@ def merge(run_dir: Path | str) -> MergeResult:
 
     procs = read_processes(layout.raw)
     _assign_ranks(procs, warnings)
-    explained: set[int] = set()
-    for p in procs:
-        if p.damaged:
-            who = f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}"
-            warnings.append(
-                f"{p.damaged}; nothing of {who} could be merged (killed before its first flush, "
-                "or the file is damaged); merged the others"
-            )
-            if p.rank is not None:
-                explained.add(p.rank)
+    explained = _report_damaged(procs, warnings)
     by_rank: dict[int, list[ProcessData]] = {}
     for p in procs:
         if p.rank is not None and (p.n_records or p.manifest):
             by_rank.setdefault(p.rank, []).append(p)
-
     first_cycle = _report_dropped(by_rank, warnings)
 
     for table in MERGED_TABLES:
         shutil.rmtree(layout.table_dir(table), ignore_errors=True)
-
     seen_phases: set[str] = set()
     for rank in sorted(by_rank):
-        group = by_rank[rank]
-        recs = [
-            dict(r, pid=p.pid)
-            for p in group
-            for r in p.records
-            if not first_cycle or r["cycle"] >= first_cycle
-        ]
-        seen_phases.update(r["phase"] for r in recs if r["kind"] == "phase" and r["phase"])
-        for p in group:
-            if p.n_records and (not p.complete or not p.info.get("finished")):
-                why = p.read_error or "the process did not finish (killed?)"
-                warnings.append(
-                    f"rank {rank} (pid {p.pid}) is partial: {why}; kept its {p.n_records} records up to the last flush"
-                )
-                if rank not in result.partial_ranks:
-                    result.partial_ranks.append(rank)
-        owners = sorted({r["pid"] for r in recs if r["kind"] == "cycle"})
-        if len(owners) > 1:
-            warnings.append(
-                f"rank {rank}: processes {', '.join(map(str, owners))} each recorded cycles (a "
-                "restarted rank, or two processes with one RANK); all kept, numbered in time "
-                "order; check the RANK of each process if that is not expected"
-            )
-        if recs:
-            phases, cycles = phases_and_cycles(recs, cycle_cfg)
-            write_partition(run_dir, "phases", rank, pa.Table.from_pylist(phases))
-            write_partition(
-                run_dir,
-                "cycles",
-                rank,
-                pa.Table.from_pylist(cycles)
-                if cycles
-                else pa.table({"cycle": pa.array([], pa.int64())}),
-            )
-            result.phases += len(phases)
-            result.cycles += len(cycles)
-        main = max(group, key=lambda p: p.n_records)
-        rows = list(_manifest_rows(main, run))
-        write_partition(
-            run_dir,
-            "manifests",
-            rank,
-            pa.table(
-                {
-                    "section": [r[0] for r in rows],
-                    "key": [r[1] for r in rows],
-                    "value": [r[2] for r in rows],
-                }
-            ),
-            part=COLLECTOR_MANIFEST_PART,
+        seen_phases |= _merge_rank(
+            run_dir, rank, by_rank[rank], run, cycle_cfg, first_cycle, result
         )
-        if recs:
-            result.ranks.append(rank)
-
     if result.phases:
         missing = _unseen_cycle_phase(cycle_cfg, seen_phases)
         if missing is not None:
             warnings.append(missing)
-
-    world = _world_size(procs)
-    if world is not None and run.get("node_rank") is not None:
-        world = None  # one node's part: the other ranks are on other nodes (the join checks)
-    if world is not None:
-        result.missing_ranks = [r for r in range(world) if r not in result.ranks]
-        unexplained = [r for r in result.missing_ranks if r not in explained]
-        if unexplained:
-            warnings.append(
-                f"ranks {unexplained} of {world} recorded nothing (not instrumented, or killed before "
-                "their first flush); merged the others"
-            )
+    _report_missing_ranks(procs, run, explained, result)
 
     for rank, table in _counters(
         layout.raw, [p for g in by_rank.values() for p in g], warnings
@@ -336,6 +264,100 @@ def merge(run_dir: Path | str) -> MergeResult:
     if traces:
         result.events = _ingest_traces(run_dir, traces, warnings)
     return result
+
+
+def _report_damaged(procs: list[ProcessData], warnings: list[str]) -> set[int]:
+    """One warning a process nothing of which could be read; returns the ranks so explained."""
+    explained: set[int] = set()
+    for p in procs:
+        if p.damaged:
+            who = f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}"
+            warnings.append(
+                f"{p.damaged}; nothing of {who} could be merged (killed before its first flush, "
+                "or the file is damaged); merged the others"
+            )
+            if p.rank is not None:
+                explained.add(p.rank)
+    return explained
+
+
+def _merge_rank(
+    run_dir: Path,
+    rank: int,
+    group: list[ProcessData],
+    run: dict[str, Any],
+    cycle_cfg: dict[str, Any],
+    first_cycle: int,
+    result: MergeResult,
+) -> set[str]:
+    """Write one rank's phases, cycles and manifests; returns the phase names that ran."""
+    warnings = result.warnings
+    recs = [
+        dict(r, pid=p.pid)
+        for p in group
+        for r in p.records
+        if not first_cycle or r["cycle"] >= first_cycle
+    ]
+    for p in group:
+        if p.n_records and (not p.complete or not p.info.get("finished")):
+            why = p.read_error or "the process did not finish (killed?)"
+            warnings.append(
+                f"rank {rank} (pid {p.pid}) is partial: {why}; kept its {p.n_records} records up to the last flush"
+            )
+            if rank not in result.partial_ranks:
+                result.partial_ranks.append(rank)
+    owners = sorted({r["pid"] for r in recs if r["kind"] == "cycle"})
+    if len(owners) > 1:
+        warnings.append(
+            f"rank {rank}: processes {', '.join(map(str, owners))} each recorded cycles (a "
+            "restarted rank, or two processes with one RANK); all kept, numbered in time "
+            "order; check the RANK of each process if that is not expected"
+        )
+    if recs:
+        phases, cycles = phases_and_cycles(recs, cycle_cfg)
+        write_partition(run_dir, "phases", rank, pa.Table.from_pylist(phases))
+        write_partition(
+            run_dir,
+            "cycles",
+            rank,
+            pa.Table.from_pylist(cycles)
+            if cycles
+            else pa.table({"cycle": pa.array([], pa.int64())}),
+        )
+        result.phases += len(phases)
+        result.cycles += len(cycles)
+    main = max(group, key=lambda p: p.n_records)
+    rows = list(_manifest_rows(main, run))
+    manifests = pa.table(
+        {
+            "section": [r[0] for r in rows],
+            "key": [r[1] for r in rows],
+            "value": [r[2] for r in rows],
+        }
+    )
+    write_partition(run_dir, "manifests", rank, manifests, part=COLLECTOR_MANIFEST_PART)
+    if recs:
+        result.ranks.append(rank)
+    return {r["phase"] for r in recs if r["kind"] == "phase" and r["phase"]}
+
+
+def _report_missing_ranks(
+    procs: list[ProcessData], run: dict[str, Any], explained: set[int], result: MergeResult
+) -> None:
+    """The ranks of the world that recorded nothing: `result.missing_ranks`, one warning for
+    those no damaged file explains."""
+    world = _world_size(procs)
+    if world is not None and run.get("node_rank") is not None:
+        world = None  # one node's part: the other ranks are on other nodes (the join checks)
+    if world is None:
+        return
+    result.missing_ranks = [r for r in range(world) if r not in result.ranks]
+    unexplained = [r for r in result.missing_ranks if r not in explained]
+    if unexplained:
+        result.warnings.append(
+            f"ranks {unexplained} of {world} recorded nothing (not instrumented, or killed before "
+            "their first flush); merged the others"
+        )
 
 
 def _ingest_traces(run_dir: Path, traces: dict[Path, int], warnings: list[str]) -> int:
