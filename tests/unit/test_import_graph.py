@@ -30,10 +30,9 @@ A module in none of these fails the test: give a new package a layer here first.
 module (`_name`) is its package's own: only modules of the same subpackage (tracekit.X) import it;
 the neutral `tracekit._version` and `tracekit._checkout` excepted.
 
-`KNOWN_VIOLATIONS` lists the imports that break the rules today, each being removed on another
-branch of issue 12 (the raw format moving to tracekit.store.raw, launch-side code leaving
-collectors/, the analysis model replacing analyzers._load). The test fails on any import not in
-it, and on an entry that no longer occurs (so the list only shrinks); empty it as they land.
+There are no exceptions: the 15 violations of the start of issue 12 (merge and `tracekit top`
+reading raw records through the collectors, the launcher inside collectors/, the export using the
+analysis cache) are gone, and any new one fails the test.
 """
 
 from __future__ import annotations
@@ -78,11 +77,6 @@ OFF_LADDER = {
     "demo": set(),
 }
 IMPORTED_BY = {"server": {"cli", "launch"}, "demo": {"cli"}}
-
-# (importer, imported) pairs that break the rules today; see the docstring. Each is being removed
-# by another branch of issue 12; the coordinator empties this set as they land.
-KNOWN_VIOLATIONS: set[tuple[str, str]] = {
-}
 
 
 def layer(module: str) -> str | None:
@@ -179,13 +173,10 @@ def test_every_module_has_a_layer() -> None:
 def test_imports_only_go_down() -> None:
     # GIVEN the package's import graph
     bad = {(src, dst) for src, dst in edges() if not allowed(src, dst)}
-    # THEN nothing breaks the rules but the known violations, and each of those still occurs
-    new = sorted(bad - KNOWN_VIOLATIONS)
-    gone = sorted(KNOWN_VIOLATIONS - bad)
-    assert not new, "imports against the layers (docs: this file's docstring):\n" + "\n".join(
-        f"  {s} ({layer(s)}) imports {d} ({layer(d)})" for s, d in new
+    # THEN every import goes down the layers
+    assert not bad, "imports against the layers (docs: this file's docstring):\n" + "\n".join(
+        f"  {s} ({layer(s)}) imports {d} ({layer(d)})" for s, d in sorted(bad)
     )
-    assert not gone, f"no longer violations, remove them from KNOWN_VIOLATIONS: {gone}"
 
 
 # The checker itself, on hand-made cases: each rule can fail.
