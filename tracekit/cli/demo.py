@@ -139,19 +139,10 @@ def command(
 
     with tempfile.TemporaryDirectory(prefix="tracekit-demo-") as tmp:
         result_tmp = Path(tmp) / RESULT_NAME
-        server = [
-            sys.executable, "-m", "tracekit.demo",
-            "--device", device, "--cycles", str(cycles),
-            "--model-size", size, "--result", str(result_tmp),
-        ]  # fmt: skip
-        if ranks is not None:  # on CUDA the server defaults to one rank a GPU
-            server += ["--ranks", str(ranks)]
-        if baseline:
-            server.append("--baseline")
-        else:
-            server += ["--draft-tokens", str(draft_tokens), "--verify-mode", verify_mode]
-            if simulate_accept_len is not None:
-                server += ["--simulate-accept-len", repr(simulate_accept_len)]
+        server = _server_command(
+            ranks, device, cycles, size, result_tmp, baseline, draft_tokens, verify_mode,
+            simulate_accept_len,
+        )  # fmt: skip
         missing: list[str] = []
         cmd = [
             sys.executable, "-m", "tracekit", "launch", "--adapter", "demo",
@@ -169,6 +160,34 @@ def command(
 
     outputs = _outputs(run_dir, missing)
     _print_summary(run_dir, server_result, outputs, missing, time.perf_counter() - started)
+
+
+def _server_command(
+    ranks: int | None,
+    device: Device,
+    cycles: int,
+    size: ModelSize,
+    result: Path,
+    baseline: bool,
+    draft_tokens: int,
+    verify_mode: VerifyMode,
+    simulate_accept_len: float | None,
+) -> list[str]:
+    """The demo server's command line (`python -m tracekit.demo ...`)."""
+    server = [
+        sys.executable, "-m", "tracekit.demo",
+        "--device", device, "--cycles", str(cycles),
+        "--model-size", size, "--result", str(result),
+    ]  # fmt: skip
+    if ranks is not None:  # on CUDA the server defaults to one rank a GPU
+        server += ["--ranks", str(ranks)]
+    if baseline:
+        server.append("--baseline")
+    else:
+        server += ["--draft-tokens", str(draft_tokens), "--verify-mode", verify_mode]
+        if simulate_accept_len is not None:
+            server += ["--simulate-accept-len", repr(simulate_accept_len)]
+    return server
 
 
 def _check_options(

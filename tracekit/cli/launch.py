@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tracekit.cli._options import mode_option, out_option, phases_option, profile_cycles_option
 from tracekit.store.layout import Mode
+
+if TYPE_CHECKING:
+    from tracekit.launch.options import LaunchResult
 
 
 @click.command(
@@ -173,6 +177,12 @@ def command(
         extra_env={rt.ENV_GPU_SAMPLE: str(gpu_sample)},
     )
     result = launch(opts)
+    _print_outcome(result)
+    sys.exit(result.exit_code)
+
+
+def _print_outcome(result: LaunchResult) -> None:
+    """The run directory, merge's warnings and counts, and the next command to run."""
     click.echo(f"Run directory: {result.run_dir}", err=True)
     m = result.merge_result
     if m is not None:
@@ -190,4 +200,3 @@ def command(
             click.echo(f"Next: tracekit summary {result.run_dir}", err=True)
     else:
         click.echo(f"Next: tracekit merge {result.run_dir}", err=True)
-    sys.exit(result.exit_code)
