@@ -1,8 +1,10 @@
 """The report's sections of one run's analysis: headline, per-cycle components, distributions,
 rank skew, CUDA graphs and allreduce implementations, top kernels.
 
-Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew`, `rank_waits`,
-`kernels_of`) or are plain aggregates of the analysis's breakdown rows (docs/DEFINITIONS.md).
+Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew_stats`, `rank_lag_of`,
+`graph_summary`, `kernels_of`; docs/DEFINITIONS.md). Still aggregated here from the breakdown
+rows: the per-cycle means over ranks, the headline's device-time split and share of cycles with
+a graph launch.
 """
 
 from __future__ import annotations
@@ -176,52 +178,23 @@ def distributions(run: Run) -> Section:
     return Section("distributions", title, Distributions(phases))
 
 
-def _us_quantile(col: pl.Series, q: float) -> float | None:
-    v = col.drop_nulls().cast(float).quantile(q, interpolation="linear")
-    return None if v is None else float(v) / 1000
+def _us(ms: float | None) -> float | None:
+    return None if ms is None else ms * 1000
 
 
-def rank_lag(bd: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, cycle): lag_ns, the rank's work (wall minus its allreduce wait from
-    `rank_waits`, summed over the cycle's phases) minus the least work of any rank then."""
-    return (
-        bd.filter(pl.col("cycle") >= 0)
-        .select("rank", "cycle", "phase", "wall_ns")
-        .join(
-            waits.select("rank", "cycle", "phase", "allreduce_wait_ns"),
-            on=["rank", "cycle", "phase"],
-            how="left",
+def _skew_phases(per: dict[str, dict[str, Any]]) -> list[SkewPhase]:
+    return [
+        SkewPhase(
+            phase=phase,
+            cycles=int(p["cycles"]),
+            spread_us_p50=_us(p["spread_ms_p50"]),
+            spread_us_p90=_us(p["spread_ms_p90"]),
+            wait_us_p50=_us(p["allreduce_wait_ms_p50"]),
+            slowest_rank=p["slowest_rank"],
+            slowest_frac=p["slowest_rank_frac"],
         )
-        .with_columns(
-            (pl.col("wall_ns") - pl.col("allreduce_wait_ns").fill_null(0)).alias("work_ns")
-        )
-        .group_by("rank", "cycle")
-        .agg(pl.col("work_ns").sum())
-        .with_columns((pl.col("work_ns") - pl.col("work_ns").min().over("cycle")).alias("lag_ns"))
-        .sort("rank", "cycle")
-    )
-
-
-def _skew_phases(sk: pl.DataFrame) -> list[SkewPhase]:
-    from tracekit.analyzers.skew import phase_skew
-
-    per = phase_skew(sk) if sk.height else {}
-    out = []
-    for phase in sorted(sk["phase"].unique().to_list()):
-        ph = sk.filter(pl.col("phase") == phase)
-        p = per.get(phase, {})
-        out.append(
-            SkewPhase(
-                phase=phase,
-                cycles=ph.height,
-                spread_us_p50=_us_quantile(ph["spread_ns"], 0.5),
-                spread_us_p90=_us_quantile(ph["spread_ns"], 0.9),
-                wait_us_p50=_us_quantile(ph["allreduce_wait_ns_max"], 0.5),
-                slowest_rank=p.get("slowest_rank"),
-                slowest_frac=p.get("slowest_rank_frac"),
-            )
-        )
-    return out
+        for phase, p in sorted(per.items())
+    ]
 
 
 def skew(run: Run) -> Section:
@@ -230,11 +203,10 @@ def skew(run: Run) -> Section:
     if run.analysis is None:
         return Section("skew", title, unavailable=_missing(run, what))
     try:
-        from tracekit.analyzers.skew import rank_waits, skew_of
+        from tracekit.analyzers.skew import phase_skew_stats, rank_lag_of, skew_of
 
-        an = run.analysis
-        sk = skew_of(an)
-        lag = rank_lag(an.breakdown, rank_waits(an.breakdown, an.collectives))
+        per = phase_skew_stats(skew_of(run.analysis))
+        lag = rank_lag_of(run.analysis)
     except (ImportError, TracekitError) as exc:
         return Section("skew", title, unavailable=unavailable(exc, what))
     ranks = sorted(lag["rank"].unique().to_list())
@@ -245,7 +217,7 @@ def skew(run: Run) -> Section:
         rows = lag.filter(pl.col("rank") == r)
         for c, v in zip(rows["cycle"].to_list(), rows["lag_ns"].to_list()):
             z[i][col_of[c]] = None if v is None else v / 1000
-    return Section("skew", title, Skew(_skew_phases(sk), ranks, cycles, z))
+    return Section("skew", title, Skew(_skew_phases(per), ranks, cycles, z))
 
 
 def graphs_allreduce(run: Run) -> Section:
@@ -253,19 +225,17 @@ def graphs_allreduce(run: Run) -> Section:
     bd = run.bd
     if bd is None or run.summary is None:
         return Section("graphs-allreduce", title, unavailable=run.error)
-    g = (
-        bd.filter(pl.col("cycle") >= 0)
-        .group_by("phase")
-        .agg(
-            pl.len().alias("n"),
-            pl.col("graph_replayed").sum().alias("replayed"),
-            pl.col("graph_kernel_frac").mean().alias("frac"),
-        )
-        .sort("phase")
-    )
+    from tracekit.analyzers.graphs import graph_summary
+
     graphs = [
-        GraphPhase(r["phase"], int(r["n"]), int(r["replayed"]), r["frac"])
-        for r in g.iter_rows(named=True)
+        GraphPhase(
+            r["phase"],
+            int(r["instances"]),
+            int(r["replayed"]),
+            r["replayed_frac"],
+            r["graph_kernel_frac"],
+        )
+        for r in graph_summary(bd).iter_rows(named=True)
     ]
     impls = []
     for phase, v in sorted(run.summary["phases"].items()):
