@@ -9,7 +9,8 @@ a graph launch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import polars as pl
 
@@ -31,12 +32,16 @@ from tracekit.report.model import (
     PhaseRow,
     PhaseSamples,
     Section,
+    SectionId,
     Skew,
     SkewPhase,
 )
 
 if TYPE_CHECKING:
+    from tracekit.analyzers.model import RunAnalysis
     from tracekit.report.build import Run
+
+T = TypeVar("T")
 
 NS_PER_MS = 1_000_000
 TOP_KERNELS = 10
@@ -60,9 +65,19 @@ def unavailable(exc: BaseException, what: str) -> str:
     return f"{what} failed: {exc}"
 
 
-def _missing(run: Run, what: str) -> str | None:
-    """Why a section of a run whose analysis failed is missing."""
-    return run.error if run.exc is None else unavailable(run.exc, what)
+def _analyzed(
+    run: Run, sid: SectionId, title: str, what: str, compute: Callable[[RunAnalysis], T]
+) -> T | Section:
+    """`compute` of the run's analysis (the analyzer `what` names, imported inside it), or the
+    section saying why not: the run's analysis failed, or the analyzer is not installed or
+    raised."""
+    if run.analysis is None:
+        why = run.error if run.exc is None else unavailable(run.exc, what)
+        return Section(sid, title, unavailable=why)
+    try:
+        return compute(run.analysis)
+    except (ImportError, TracekitError) as exc:
+        return Section(sid, title, unavailable=unavailable(exc, what))
 
 
 # ---- headline ---------------------------------------------------------------------------------
@@ -197,18 +212,18 @@ def _skew_phases(per: dict[str, dict[str, Any]]) -> list[SkewPhase]:
     ]
 
 
+def _skew_of(an: RunAnalysis) -> tuple[dict[str, dict[str, Any]], pl.DataFrame]:
+    from tracekit.analyzers.skew import phase_skew_stats, rank_lag_of, skew_of
+
+    return phase_skew_stats(skew_of(an)), rank_lag_of(an)
+
+
 def skew(run: Run) -> Section:
     title = "Rank skew"
-    what = "the skew analysis (`tracekit.analyzers.skew`)"
-    if run.analysis is None:
-        return Section("skew", title, unavailable=_missing(run, what))
-    try:
-        from tracekit.analyzers.skew import phase_skew_stats, rank_lag_of, skew_of
-
-        per = phase_skew_stats(skew_of(run.analysis))
-        lag = rank_lag_of(run.analysis)
-    except (ImportError, TracekitError) as exc:
-        return Section("skew", title, unavailable=unavailable(exc, what))
+    got = _analyzed(run, "skew", title, "the skew analysis (`tracekit.analyzers.skew`)", _skew_of)
+    if isinstance(got, Section):
+        return got
+    per, lag = got
     ranks = sorted(lag["rank"].unique().to_list())
     cycles = sorted(lag["cycle"].unique().to_list())
     col_of = {c: i for i, c in enumerate(cycles)}
@@ -246,17 +261,19 @@ def graphs_allreduce(run: Run) -> Section:
     return Section("graphs-allreduce", title, GraphsAllreduce(graphs, impls))
 
 
+def _kernels_of(an: RunAnalysis) -> pl.DataFrame:
+    from tracekit.analyzers.kernels import kernels_of
+
+    top: pl.DataFrame = kernels_of(an, TOP_KERNELS)
+    return top
+
+
 def kernels(run: Run) -> Section:
     title = "Top kernels per phase"
     what = "the kernel table (`tracekit.analyzers.kernels`)"
-    if run.analysis is None:
-        return Section("kernels", title, unavailable=_missing(run, what))
-    try:
-        from tracekit.analyzers.kernels import kernels_of
-
-        tk = kernels_of(run.analysis, TOP_KERNELS)
-    except (ImportError, TracekitError) as exc:
-        return Section("kernels", title, unavailable=unavailable(exc, what))
+    tk = _analyzed(run, "kernels", title, what, _kernels_of)
+    if isinstance(tk, Section):
+        return tk
     if tk.height == 0:
         return Section(
             "kernels",
