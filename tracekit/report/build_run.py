@@ -3,8 +3,9 @@ rank skew, CUDA graphs and allreduce implementations, top kernels.
 
 Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew_stats`, `rank_lag_of`,
 `graph_summary`, `kernels_of`; docs/DEFINITIONS.md). Still aggregated here from the breakdown
-rows: the per-cycle means over ranks, the headline's device-time split and share of cycles with
-a graph launch.
+rows, having no definition in DEFINITIONS.md yet: the per-cycle means over ranks (over time),
+the headline's device-time split (`device_pct`) and share of (rank, cycle) pairs with a graph
+launch (`graph_cycle_frac`).
 """
 
 from __future__ import annotations
