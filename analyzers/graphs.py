@@ -4,7 +4,9 @@ came from graph kernels.
 The per-instance columns (`graph_replayed`, `graph_kernel_frac`, `graph_launches`) are computed
 by the breakdown (a graph launch is a `cudaGraphLaunch` / `cuGraphLaunch` / `hipGraphLaunch`
 runtime call in the instance's CPU range; its kernels carry the launch's correlation id; in
-light mode the collector counts `CUDAGraph.replay` calls). This module summarises them.
+light mode the collector counts `CUDAGraph.replay` calls). This module summarises them per phase
+(`graph_summary`: the report's graph table; docs/DEFINITIONS.md "graph_replayed,
+graph_kernel_frac").
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ def is_graph_launch(name: str) -> bool:
 
 def graph_summary(bd: pl.DataFrame) -> pl.DataFrame:
     """Per phase: instances, replayed (instances that launched a graph), replayed_frac,
-    graph_launches (total) and graph_kernel_frac (busy-time weighted over the phase's exact
-    instances; null when none has busy time)."""
+    graph_launches (total) and graph_kernel_frac, the share of the phase's busy time (forward +
+    allreduce of its instances with a graph_kernel_frac) in graph-launched activities: the
+    instances' fractions weighted by busy time, not their plain mean; null when none has busy
+    time (light mode)."""
     busy = pl.col("forward_ns") + pl.col("allreduce_ns")
     exact = pl.col("graph_kernel_frac").is_not_null()
     return (

@@ -90,29 +90,30 @@ def _overall_lines(phases: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _changes(entries: list[dict[str, Any]]) -> str:
+    """`name a -> b, ...` of manifest changes."""
+    return ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in entries)
+
+
+def _changed(what: str, entries: list[dict[str, Any]]) -> str:
+    return f"{what}: {_changes(entries)}."
+
+
 def _manifest_lines(manifest: dict[str, list[dict[str, Any]]], *, env_known: bool) -> list[str]:
     """Packages, versions, NCCL and other environment, GPU medians that changed."""
     lines: list[str] = []
     pkgs = manifest.get("packages", [])
     if pkgs:
-        shown = ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in pkgs[:4])
+        shown = _changes(pkgs[:4])
         more = f" and {len(pkgs) - 4} more" if len(pkgs) > 4 else ""
         lines.append(f"Packages and commits changed: {shown}{more}.")
     vers = manifest.get("versions", [])
     if vers:
-        lines.append(
-            "Versions changed: "
-            + ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in vers)
-            + "."
-        )
+        lines.append(_changed("Versions changed", vers))
     env = manifest.get("env", [])
     nccl = [e for e in env if e["name"].startswith("NCCL_")]
     if nccl:
-        lines.append(
-            "NCCL environment changed: "
-            + ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in nccl)
-            + "."
-        )
+        lines.append(_changed("NCCL environment changed", nccl))
     elif env_known:
         lines.append("No NCCL_* environment variable changed.")
     other_env = [e for e in env if not e["name"].startswith("NCCL_")]
@@ -122,9 +123,5 @@ def _manifest_lines(manifest: dict[str, list[dict[str, Any]]], *, env_known: boo
         )
     gpu = manifest.get("gpu", [])
     if gpu:
-        lines.append(
-            "GPU medians changed: "
-            + ", ".join(f"{e['name']} {e['a']} -> {e['b']}" for e in gpu)
-            + "."
-        )
+        lines.append(_changed("GPU medians changed", gpu))
     return lines

@@ -138,35 +138,29 @@ def _inst_by_correlation(corr: pl.Series, by_corr: pl.DataFrame) -> pl.Series:
     return pl.Series("inst", inst, dtype=pl.Int64).set(pl.Series(inst < 0), None)
 
 
+def _cpu_ranges(events: pl.LazyFrame, cat: str) -> pl.LazyFrame:
+    """The complete (`ph: X`) events of category `cat` as name, pid, tid, start_ns, end_ns."""
+    return events.filter((pl.col("cat") == cat) & (pl.col("ph") == "X")).select(
+        pl.col("name").cast(pl.String),
+        "pid",
+        "tid",
+        "start_ns",
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+    )
+
+
 def _cpu_intervals(
     events: pl.LazyFrame, top: pl.DataFrame, table: ImplTable
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     ops = (
-        events.filter((pl.col("cat") == "cpu_op") & (pl.col("ph") == "X"))
-        .select(
-            pl.col("name").cast(pl.String),
-            "pid",
-            "tid",
-            "start_ns",
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        )
+        _cpu_ranges(events, "cpu_op")
         .sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
         .with_columns(pl.col("end_ns").cum_max().shift(1).over("pid", "tid").alias("_prev"))
         .filter(pl.col("_prev").is_null() | (pl.col("start_ns") >= pl.col("_prev")))
         .drop("_prev")
         .collect()
     )
-    ann = (
-        events.filter((pl.col("cat") == "user_annotation") & (pl.col("ph") == "X"))
-        .select(
-            pl.col("name").cast(pl.String),
-            "pid",
-            "tid",
-            "start_ns",
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        )
-        .collect()
-    )
+    ann = _cpu_ranges(events, "user_annotation").collect()
     names = sorted(set(ops["name"].unique().to_list()) | set(ann["name"].unique().to_list()))
     labels = _labels(names, table, rocm=False)
     ann = ann.join(labels, on="name", how="inner").filter(

@@ -30,6 +30,7 @@ SKEW_COLUMNS = [
     "allreduce_transfer_ns",
     "allreduce_wait_ns_max",
 ]
+LAG_COLUMNS = ["rank", "cycle", "work_ns", "lag_ns"]
 
 
 def collectives(
@@ -59,11 +60,13 @@ def rank_waits(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def skew_from(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
-    waits = rank_waits(bd, comm)
-    per_rank = (
+def rank_work(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, cycle, phase) of the breakdown: wall_ns, allreduce_wait_ns,
+    allreduce_transfer_ns, collectives (0 without matched collectives) and work_ns = wall_ns -
+    allreduce_wait_ns."""
+    return (
         bd.select("rank", "cycle", "phase", "wall_ns")
-        .join(waits, on=["rank", "cycle", "phase"], how="left")
+        .join(rank_waits(bd, comm), on=["rank", "cycle", "phase"], how="left")
         .with_columns(
             pl.col("allreduce_wait_ns").fill_null(0),
             pl.col("allreduce_transfer_ns").fill_null(0),
@@ -71,8 +74,13 @@ def skew_from(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns((pl.col("wall_ns") - pl.col("allreduce_wait_ns")).alias("work_ns"))
     )
+
+
+def skew_from(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """Per (cycle, phase) of a breakdown and its collectives: SKEW_COLUMNS."""
     return (
-        per_rank.sort("rank")
+        rank_work(bd, comm)
+        .sort("rank")
         .group_by("cycle", "phase")
         .agg(
             pl.len().alias("ranks"),
@@ -94,6 +102,25 @@ def skew_from(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def rank_lag_from(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, cycle): work_ns, the rank's work summed over the cycle's phases, and lag_ns =
+    work_ns minus the least work_ns of any rank in that cycle (LAG_COLUMNS, by rank and
+    cycle)."""
+    return (
+        rank_work(bd, comm)
+        .group_by("rank", "cycle")
+        .agg(pl.col("work_ns").sum())
+        .with_columns((pl.col("work_ns") - pl.col("work_ns").min().over("cycle")).alias("lag_ns"))
+        .sort("rank", "cycle")
+        .select(LAG_COLUMNS)
+    )
+
+
+def rank_lag_of(analysis: RunAnalysis) -> pl.DataFrame:
+    """Per (rank, cycle) of an analysed run, every cycle: LAG_COLUMNS (`rank_lag_from`)."""
+    return rank_lag_from(analysis.breakdown, analysis.collectives)
+
+
 def skew_of(analysis: RunAnalysis) -> pl.DataFrame:
     """Per (cycle, phase) of an analysed run: SKEW_COLUMNS."""
     return skew_from(analysis.breakdown, analysis.collectives)
@@ -106,10 +133,30 @@ def skew(
     return skew_of(analyze(run_dir, rules=rules, impl_table=impl_table))
 
 
-def phase_skew(sk: pl.DataFrame) -> dict[str, dict[str, Any]]:
-    """Per phase over its cycles: ranks, spread_ms_p50, spread_ms_max, slowest_rank (the rank
-    most often slowest; ties: lowest), slowest_rank_frac, allreduce_wait_ms_mean (mean over
-    cycles of the most-waiting rank's wait)."""
+# the per-phase fields `tracekit summary` reports (its JSON's `skew`), in their order
+SUMMARY_SKEW_FIELDS = (
+    "ranks",
+    "spread_ms_p50",
+    "spread_ms_max",
+    "slowest_rank",
+    "slowest_rank_frac",
+    "allreduce_wait_ms_mean",
+)
+
+
+def _ms(col: pl.Series) -> pl.Series:
+    return col.cast(pl.Float64) / 1e6
+
+
+def _f(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def phase_skew_stats(sk: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per phase over its cycles (rows of `skew_from`): cycles, ranks, spread_ms_p50 / _p90 /
+    _max, slowest_rank (the rank most often slowest; ties: lowest), slowest_rank_frac (the
+    share of the phase's cycles it was), allreduce_wait_ms_p50 and allreduce_wait_ms_mean (over
+    cycles, of the most-waiting rank's wait). p90 interpolates linearly."""
     out: dict[str, dict[str, Any]] = {}
     for phase in sorted(sk["phase"].unique().to_list()):
         rows = sk.filter(pl.col("phase") == phase)
@@ -119,14 +166,24 @@ def phase_skew(sk: pl.DataFrame) -> dict[str, dict[str, Any]]:
             .sort(["len", "slowest_rank"], descending=[True, False])
         )
         slowest, times = counts.row(0)
-        spread = rows["spread_ns"].cast(pl.Float64) / 1e6
-        wait = rows["allreduce_wait_ns_max"].cast(pl.Float64) / 1e6
+        spread = _ms(rows["spread_ns"])
+        wait = _ms(rows["allreduce_wait_ns_max"])
         out[phase] = {
+            "cycles": rows.height,
             "ranks": int(cast("int", rows["ranks"].max())),
             "spread_ms_p50": float(cast("float", spread.median())),
+            "spread_ms_p90": _f(spread.quantile(0.9, interpolation="linear")),
             "spread_ms_max": float(cast("float", spread.max())),
             "slowest_rank": int(slowest),
             "slowest_rank_frac": times / rows.height,
+            "allreduce_wait_ms_p50": _f(wait.median()),
             "allreduce_wait_ms_mean": float(cast("float", wait.mean())),
         }
     return out
+
+
+def phase_skew(sk: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per phase: the SUMMARY_SKEW_FIELDS of `phase_skew_stats` (`tracekit summary`'s `skew`)."""
+    return {
+        phase: {k: v[k] for k in SUMMARY_SKEW_FIELDS} for phase, v in phase_skew_stats(sk).items()
+    }

@@ -13,11 +13,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracekit.errors import InputError, NoCyclesError, StoreError, TracekitError
+from tracekit.errors import NoCyclesError, StoreError, TracekitError
 from tracekit.report import build_run, build_store
 from tracekit.report.build_run import unavailable
 from tracekit.report.model import Breakeven, Diff, DiffPhase, ManifestChange, ReportModel, Section
 from tracekit.store import reader
+from tracekit.store.layout import check_run_dir
 
 if TYPE_CHECKING:
     import polars as pl
@@ -39,8 +40,10 @@ class Run:
     no_cycles: dict[str, int] | None = None  # phase instances of a run without cycles
 
     @classmethod
-    def load(cls, run_dir: Path, choice: CycleChoice | None = None) -> Run:
-        _check_store(run_dir)
+    def load(
+        cls, run_dir: Path, choice: CycleChoice | None = None, *, option: str | None = None
+    ) -> Run:
+        _check_store(run_dir, option)
         run = cls(run_dir)
         try:
             from tracekit.analyzers.model import analyze
@@ -74,10 +77,10 @@ class Run:
         return set() if bd is None else set(bd["phase"].unique().to_list())
 
 
-def _check_store(run_dir: Path) -> None:
-    if not run_dir.is_dir():
-        msg = f"{run_dir}: no such run directory; give the directory `tracekit demo`, `launch` or `ingest -o` wrote"
-        raise InputError(msg)
+def _check_store(run_dir: Path, option: str | None = None) -> None:
+    """`run_dir` is a run directory (`check_run_dir`; `option`: the option it came from) with a
+    store to analyse, else InputError / StoreError."""
+    check_run_dir(run_dir, option=option)
     if not any(reader.has_table(run_dir, t) for t in ("events", "phases", "cycles")):
         msg = (
             f"{run_dir}: no `events`, `phases` or `cycles` table in the store; "
@@ -98,7 +101,7 @@ def build_model(
     directory or sweep.json."""
     swept = build_store.sweep(sweep) if sweep is not None else None  # a bad file fails first
     run = Run.load(run_dir, choice)
-    base = Run.load(baseline, choice) if baseline is not None else None
+    base = Run.load(baseline, choice, option="--baseline") if baseline is not None else None
     sections: list[Section] = []
     if base is not None:
         sections.append(comparison(run, base, choice))

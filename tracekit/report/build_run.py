@@ -1,13 +1,17 @@
 """The report's sections of one run's analysis: headline, per-cycle components, distributions,
 rank skew, CUDA graphs and allreduce implementations, top kernels.
 
-Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew`, `rank_waits`,
-`kernels_of`) or are plain aggregates of the analysis's breakdown rows (docs/DEFINITIONS.md).
+Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew_stats`, `rank_lag_of`,
+`graph_summary`, `kernels_of`; docs/DEFINITIONS.md). Still aggregated here from the breakdown
+rows, having no definition in DEFINITIONS.md yet: the per-cycle means over ranks (over time),
+the headline's device-time split (`device_pct`) and share of (rank, cycle) pairs with a graph
+launch (`graph_cycle_frac`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import polars as pl
 
@@ -29,12 +33,16 @@ from tracekit.report.model import (
     PhaseRow,
     PhaseSamples,
     Section,
+    SectionId,
     Skew,
     SkewPhase,
 )
 
 if TYPE_CHECKING:
+    from tracekit.analyzers.model import RunAnalysis
     from tracekit.report.build import Run
+
+T = TypeVar("T")
 
 NS_PER_MS = 1_000_000
 TOP_KERNELS = 10
@@ -58,9 +66,19 @@ def unavailable(exc: BaseException, what: str) -> str:
     return f"{what} failed: {exc}"
 
 
-def _missing(run: Run, what: str) -> str | None:
-    """Why a section of a run whose analysis failed is missing."""
-    return run.error if run.exc is None else unavailable(run.exc, what)
+def _analyzed(
+    run: Run, sid: SectionId, title: str, what: str, compute: Callable[[RunAnalysis], T]
+) -> T | Section:
+    """`compute` of the run's analysis (the analyzer `what` names, imported inside it), or the
+    section saying why not: the run's analysis failed, or the analyzer is not installed or
+    raised."""
+    if run.analysis is None:
+        why = run.error if run.exc is None else unavailable(run.exc, what)
+        return Section(sid, title, unavailable=why)
+    try:
+        return compute(run.analysis)
+    except (ImportError, TracekitError) as exc:
+        return Section(sid, title, unavailable=unavailable(exc, what))
 
 
 # ---- headline ---------------------------------------------------------------------------------
@@ -176,67 +194,37 @@ def distributions(run: Run) -> Section:
     return Section("distributions", title, Distributions(phases))
 
 
-def _us_quantile(col: pl.Series, q: float) -> float | None:
-    v = col.drop_nulls().cast(float).quantile(q, interpolation="linear")
-    return None if v is None else float(v) / 1000
+def _us(ms: float | None) -> float | None:
+    return None if ms is None else ms * 1000
 
 
-def rank_lag(bd: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, cycle): lag_ns, the rank's work (wall minus its allreduce wait from
-    `rank_waits`, summed over the cycle's phases) minus the least work of any rank then."""
-    return (
-        bd.filter(pl.col("cycle") >= 0)
-        .select("rank", "cycle", "phase", "wall_ns")
-        .join(
-            waits.select("rank", "cycle", "phase", "allreduce_wait_ns"),
-            on=["rank", "cycle", "phase"],
-            how="left",
+def _skew_phases(per: dict[str, dict[str, Any]]) -> list[SkewPhase]:
+    return [
+        SkewPhase(
+            phase=phase,
+            cycles=int(p["cycles"]),
+            spread_us_p50=_us(p["spread_ms_p50"]),
+            spread_us_p90=_us(p["spread_ms_p90"]),
+            wait_us_p50=_us(p["allreduce_wait_ms_p50"]),
+            slowest_rank=p["slowest_rank"],
+            slowest_frac=p["slowest_rank_frac"],
         )
-        .with_columns(
-            (pl.col("wall_ns") - pl.col("allreduce_wait_ns").fill_null(0)).alias("work_ns")
-        )
-        .group_by("rank", "cycle")
-        .agg(pl.col("work_ns").sum())
-        .with_columns((pl.col("work_ns") - pl.col("work_ns").min().over("cycle")).alias("lag_ns"))
-        .sort("rank", "cycle")
-    )
+        for phase, p in sorted(per.items())
+    ]
 
 
-def _skew_phases(sk: pl.DataFrame) -> list[SkewPhase]:
-    from tracekit.analyzers.skew import phase_skew
+def _skew_of(an: RunAnalysis) -> tuple[dict[str, dict[str, Any]], pl.DataFrame]:
+    from tracekit.analyzers.skew import phase_skew_stats, rank_lag_of, skew_of
 
-    per = phase_skew(sk) if sk.height else {}
-    out = []
-    for phase in sorted(sk["phase"].unique().to_list()):
-        ph = sk.filter(pl.col("phase") == phase)
-        p = per.get(phase, {})
-        out.append(
-            SkewPhase(
-                phase=phase,
-                cycles=ph.height,
-                spread_us_p50=_us_quantile(ph["spread_ns"], 0.5),
-                spread_us_p90=_us_quantile(ph["spread_ns"], 0.9),
-                wait_us_p50=_us_quantile(ph["allreduce_wait_ns_max"], 0.5),
-                slowest_rank=p.get("slowest_rank"),
-                slowest_frac=p.get("slowest_rank_frac"),
-            )
-        )
-    return out
+    return phase_skew_stats(skew_of(an)), rank_lag_of(an)
 
 
 def skew(run: Run) -> Section:
     title = "Rank skew"
-    what = "the skew analysis (`tracekit.analyzers.skew`)"
-    if run.analysis is None:
-        return Section("skew", title, unavailable=_missing(run, what))
-    try:
-        from tracekit.analyzers.skew import rank_waits, skew_of
-
-        an = run.analysis
-        sk = skew_of(an)
-        lag = rank_lag(an.breakdown, rank_waits(an.breakdown, an.collectives))
-    except (ImportError, TracekitError) as exc:
-        return Section("skew", title, unavailable=unavailable(exc, what))
+    got = _analyzed(run, "skew", title, "the skew analysis (`tracekit.analyzers.skew`)", _skew_of)
+    if isinstance(got, Section):
+        return got
+    per, lag = got
     ranks = sorted(lag["rank"].unique().to_list())
     cycles = sorted(lag["cycle"].unique().to_list())
     col_of = {c: i for i, c in enumerate(cycles)}
@@ -245,7 +233,7 @@ def skew(run: Run) -> Section:
         rows = lag.filter(pl.col("rank") == r)
         for c, v in zip(rows["cycle"].to_list(), rows["lag_ns"].to_list()):
             z[i][col_of[c]] = None if v is None else v / 1000
-    return Section("skew", title, Skew(_skew_phases(sk), ranks, cycles, z))
+    return Section("skew", title, Skew(_skew_phases(per), ranks, cycles, z))
 
 
 def graphs_allreduce(run: Run) -> Section:
@@ -253,19 +241,17 @@ def graphs_allreduce(run: Run) -> Section:
     bd = run.bd
     if bd is None or run.summary is None:
         return Section("graphs-allreduce", title, unavailable=run.error)
-    g = (
-        bd.filter(pl.col("cycle") >= 0)
-        .group_by("phase")
-        .agg(
-            pl.len().alias("n"),
-            pl.col("graph_replayed").sum().alias("replayed"),
-            pl.col("graph_kernel_frac").mean().alias("frac"),
-        )
-        .sort("phase")
-    )
+    from tracekit.analyzers.graphs import graph_summary
+
     graphs = [
-        GraphPhase(r["phase"], int(r["n"]), int(r["replayed"]), r["frac"])
-        for r in g.iter_rows(named=True)
+        GraphPhase(
+            r["phase"],
+            int(r["instances"]),
+            int(r["replayed"]),
+            r["replayed_frac"],
+            r["graph_kernel_frac"],
+        )
+        for r in graph_summary(bd).iter_rows(named=True)
     ]
     impls = []
     for phase, v in sorted(run.summary["phases"].items()):
@@ -276,17 +262,19 @@ def graphs_allreduce(run: Run) -> Section:
     return Section("graphs-allreduce", title, GraphsAllreduce(graphs, impls))
 
 
+def _kernels_of(an: RunAnalysis) -> pl.DataFrame:
+    from tracekit.analyzers.kernels import kernels_of
+
+    top: pl.DataFrame = kernels_of(an, TOP_KERNELS)
+    return top
+
+
 def kernels(run: Run) -> Section:
     title = "Top kernels per phase"
     what = "the kernel table (`tracekit.analyzers.kernels`)"
-    if run.analysis is None:
-        return Section("kernels", title, unavailable=_missing(run, what))
-    try:
-        from tracekit.analyzers.kernels import kernels_of
-
-        tk = kernels_of(run.analysis, TOP_KERNELS)
-    except (ImportError, TracekitError) as exc:
-        return Section("kernels", title, unavailable=unavailable(exc, what))
+    tk = _analyzed(run, "kernels", title, what, _kernels_of)
+    if isinstance(tk, Section):
+        return tk
     if tk.height == 0:
         return Section(
             "kernels",

@@ -177,10 +177,13 @@ class Skew:
 
 @dataclass(frozen=True)
 class GraphPhase:
+    """One phase of `analyzers.graphs.graph_summary` (steady-state cycles)."""
+
     phase: str
     instances: int
-    replayed: int
-    graph_kernel_frac_mean: float | None  # mean over instances
+    replayed: int  # instances that launched a CUDA graph
+    replayed_frac: float | None  # replayed / instances
+    graph_kernel_frac: float | None  # of the phase's busy time; None when not measured
 
 
 @dataclass(frozen=True)

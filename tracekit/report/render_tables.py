@@ -191,8 +191,8 @@ def graphs_allreduce(g: GraphsAllreduce) -> Rendered:
             r.phase,
             fmt(r.instances),
             fmt(r.replayed),
-            fmt(100 * r.replayed / r.instances if r.instances else None, 1),
-            fmt(None if r.graph_kernel_frac_mean is None else 100 * r.graph_kernel_frac_mean, 1),
+            fmt(None if r.replayed_frac is None else 100 * r.replayed_frac, 1),
+            fmt(None if r.graph_kernel_frac is None else 100 * r.graph_kernel_frac, 1),
         ]
         for r in g.graphs
     ]

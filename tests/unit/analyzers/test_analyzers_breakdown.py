@@ -183,19 +183,3 @@ def test_cycle_marks_take_the_collectors_numbers(tmp_path: Path) -> None:
         (1, 6, 4.0, 4000),
     ]
     assert a.breakdown["accept_len"].to_list() == [2.0, 2.0, 4.0, 4.0] * 2
-
-
-def test_graph_summary(tmp_path: Path) -> None:
-    from tracekit.analyzers.graphs import graph_summary, is_graph_launch
-
-    assert is_graph_launch("cudaGraphLaunch")
-    assert is_graph_launch("cudaGraphLaunch_v10000")
-    assert is_graph_launch("hipGraphLaunch")
-    assert not is_graph_launch("cudaGraphInstantiate")
-    g = graph_summary(breakdown(scenarios.two_rank_gpu(tmp_path)))
-    # draft: 2 of 4 instances replayed a graph; graph kernels own 500 + 500 of 500+400+500+500 ns
-    assert rows(g, ["phase", "instances", "replayed", "replayed_frac", "graph_launches"]) == [
-        ("draft", 4, 2, 0.5, 2),
-        ("verify", 4, 0, 0.0, 0),
-    ]
-    assert g["graph_kernel_frac"].to_list() == [pytest.approx(1000 / 1900), 0.0]
