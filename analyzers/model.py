@@ -5,7 +5,9 @@ rank): the rank's inputs read once (analyzers/_load.py), phase instances and cyc
 (analyzers/phases.py), device intervals attributed to the instances (analyzers/intervals.py),
 the breakdown rows (analyzers/breakdown.py), the cycle frame (cycle times) and every recorded
 cycle (analyzers/cycletime.py) and the collectives. `RunAnalysis` holds the results; summary, breakdown, skew,
-kernels, breakeven, diff, the report and the Perfetto export read them from it.
+kernels, breakeven, diff, the report and the Perfetto export read them from it. The export
+of a run directory uses `analyze_rank` alone, one rank at a time, on the events it reads for
+itself (`rank_events`), without the recorded cycles (`recorded=False`).
 
 Instance ids: `inst` numbers one rank's phase instances (sub-phases included) in the order
 analyzers/phases.py sorts them; (rank, inst) names one instance in every table here (the
