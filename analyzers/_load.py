@@ -1,7 +1,9 @@
 """Reading one rank's rows from the store, only the columns an analyzer needs.
 
-`read_rank` reads a rank's inputs once (`RankInputs`); analyzers/model.py's `analyze_rank`
-hands them to the phase, interval and cycle code and drops them when the rank is done.
+`read_rank` reads a rank's inputs once (`RankInputs`; its events by `read_events`, which a caller
+that needs more columns, the Perfetto export, calls itself and hands over); analyzers/model.py's
+`analyze_rank` hands them to the phase, interval and cycle code and drops them when the rank is
+done.
 """
 
 from __future__ import annotations
@@ -56,14 +58,10 @@ def run_ranks(run_dir: Path) -> list[int]:
 
 def read_rank(run_dir: Path, rank: int, events: pl.DataFrame | None = None) -> RankInputs:
     """The rank's inputs. `events`: its events table as a caller read it already (at least
-    EVENT_COLUMNS, all rows in file order), so that the files are not read again."""
+    EVENT_COLUMNS, all rows in file order, e.g. by `read_events`), so that the files are not
+    read again."""
     run_dir = Path(run_dir)
-    if events is not None:
-        frame: pl.DataFrame | None = events.select(EVENT_COLUMNS)
-    elif has_table(run_dir, "events") and rank in ranks(run_dir, "events"):
-        frame = _read_parts(run_dir, rank)
-    else:
-        frame = None
+    frame = read_events(run_dir, rank) if events is None else events.select(EVENT_COLUMNS)
     if frame is not None:
         frame = frame.filter(pl.col("cat").is_in(KEPT_CATS))
     return RankInputs(
@@ -75,22 +73,29 @@ def read_rank(run_dir: Path, rank: int, events: pl.DataFrame | None = None) -> R
     )
 
 
-def _read_parts(run_dir: Path, rank: int) -> pl.DataFrame:
-    """EVENT_COLUMNS of the rank's events parts, in file order. Read by pyarrow and handed
-    to polars (dictionary columns become Categorical): the same frame as `scan_table(...)
-    .select(EVENT_COLUMNS)`, in about half the CPU time of polars' own Parquet reader here."""
+def read_events(
+    run_dir: Path, rank: int, columns: tuple[str, ...] = EVENT_COLUMNS
+) -> pl.DataFrame | None:
+    """`columns` of the rank's events (all rows, file order); None without any.
+
+    Read by pyarrow and handed to polars (dictionary columns become Categorical): the same
+    frame as `scan_table(...).select(columns)`, in about half the CPU time of polars' own
+    Parquet reader here. The Perfetto export reads its columns and these with it, once."""
+    run_dir = Path(run_dir)
+    if not has_table(run_dir, "events") or rank not in ranks(run_dir, "events"):
+        return None
     frames = []
     for r, f in table_files(run_dir, "events"):
         if r != rank:
             continue
         check_schema_version(f)
         present = set(pq.read_schema(f).names)
-        table = pq.read_table(f, columns=[c for c in EVENT_COLUMNS if c in present])
+        table = pq.read_table(f, columns=[c for c in columns if c in present])
         frames.append(cast("pl.DataFrame", pl.from_arrow(table)))
     if not frames:
-        return scan_table(run_dir, "events", rank=rank).select(EVENT_COLUMNS).collect()
+        return scan_table(run_dir, "events", rank=rank).select(columns).collect()
     merged = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-    return merged.select(EVENT_COLUMNS)
+    return merged.select(columns)
 
 
 def _read_table(run_dir: Path, table: str, rank: int) -> pl.DataFrame | None:

@@ -5,7 +5,9 @@ rank): the rank's inputs read once (analyzers/_load.py), phase instances and cyc
 (analyzers/phases.py), device intervals attributed to the instances (analyzers/intervals.py),
 the breakdown rows (analyzers/breakdown.py), the cycle frame (cycle times) and every recorded
 cycle (analyzers/cycletime.py) and the collectives. `RunAnalysis` holds the results; summary, breakdown, skew,
-kernels, breakeven, diff, the report and the Perfetto export read them from it.
+kernels, breakeven, diff, the report and the Perfetto export read them from it. The export
+of a run directory uses `analyze_rank` alone, one rank at a time, on the events it reads for
+itself (`rank_events`), without the recorded cycles (`recorded=False`).
 
 Instance ids: `inst` numbers one rank's phase instances (sub-phases included) in the order
 analyzers/phases.py sorts them; (rank, inst) names one instance in every table here (the
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyzers._load import read_rank, run_ranks
+from tracekit.analyzers._load import EVENT_COLUMNS, read_events, read_rank, run_ranks
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
 from tracekit.analyzers.breakdown import rank_breakdown
 from tracekit.analyzers.cyclerule import no_cycle_message
@@ -39,8 +41,9 @@ class RankAnalysis:
     `intervals` its device intervals (start_ns, end_ns, inst, comm, graph, kernel, name, label;
     `inst` null for work of no instance), `extras` per-instance graph launches and allreduce
     implementation, `breakdown` its rows (BREAKDOWN_COLUMNS, `inst` among them), `cycles` its
-    cycle frame (`cycle_frame`), `recorded` every cycle it recorded (RECORDED_COLUMNS),
-    `collectives` its communication activities (`collective_rows`).
+    cycle frame (`cycle_frame`), `recorded` every cycle it recorded (RECORDED_COLUMNS; None
+    also when analysed with `recorded=False`), `collectives` its communication activities
+    (`collective_rows`).
     """
 
     rank: int
@@ -86,14 +89,23 @@ class RunAnalysis:
 
 
 def analyze_rank(
-    run_dir: Path | str, rank: int, rules: RuleTable, table: ImplTable
+    run_dir: Path | str,
+    rank: int,
+    rules: RuleTable,
+    table: ImplTable,
+    *,
+    events: pl.DataFrame | None = None,
+    recorded: bool = True,
 ) -> RankAnalysis | None:
     """One rank's analysis; None when the rank has no phases at all.
 
-    The rank's events are read here, once, and live only in `inputs`: they die when this
-    returns (the RankAnalysis keeps the intervals, not the events), so one rank's events are
-    in memory at a time."""
-    inputs = read_rank(Path(run_dir), rank)
+    The rank's events are read here, once (or given: `events`, as `rank_events` read them for
+    a caller that needs them too, the Perfetto export), and live only in the rank's inputs:
+    they die when this returns (the RankAnalysis keeps the intervals, not the events), so one
+    rank's events are in memory at a time. `recorded=False` leaves `RankAnalysis.recorded`
+    None (the cycles are not timed from the collector's records) for a caller that reads only
+    the phases, breakdown and cycle frame; `combine` refuses such ranks."""
+    inputs = read_rank(Path(run_dir), rank, events)
     rp = rank_phases(inputs, rules)
     if rp is None:
         return None
@@ -104,7 +116,10 @@ def analyze_rank(
     unknown = ivals.filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String)
     bd = rank_breakdown(rp, (ivals, extras))
     cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
-    light = None if rp.approximate else collector_phases(inputs)  # every cycle of a full run
+    rec = None
+    if recorded:
+        light = None if rp.approximate else collector_phases(inputs)  # every cycle of a full run
+        rec = recorded_cycles(rp, cyc, light)
     return RankAnalysis(
         rank,
         rp,
@@ -113,10 +128,19 @@ def analyze_rank(
         extras=extras,
         breakdown=bd,
         cycles=cyc,
-        recorded=recorded_cycles(rp, cyc, light),
+        recorded=rec,
         collectives=collective_rows(rp, ivals),
         unknown=tuple(sorted(unknown.to_list())),
     )
+
+
+def rank_events(run_dir: Path | str, rank: int, also: tuple[str, ...] = ()) -> pl.DataFrame | None:
+    """The rank's events table with the columns the analysis reads and `also` (all rows, in
+    file order; None when the rank has none): for a caller that needs the events itself and
+    hands them to `analyze_rank(events=...)`, so that they are read once."""
+    columns = EVENT_COLUMNS + tuple(c for c in also if c not in EVENT_COLUMNS)
+    events: pl.DataFrame | None = read_events(Path(run_dir), rank, columns)
+    return events
 
 
 def _cat(frames: list[pl.DataFrame | None]) -> pl.DataFrame:
@@ -135,6 +159,8 @@ def combine(run_dir: Path, results: list[RankAnalysis | None]) -> RunAnalysis:
     done = [r for r in found if r.has_cycles]
     if not done:
         raise NoCyclesError(no_cycle_message(run_dir, counts), instances=counts)
+    if any(r.recorded is None for r in done):
+        raise ValueError("combine: a rank analysed with recorded=False")
     return RunAnalysis(
         run_dir=Path(run_dir),
         ranks=tuple(found),

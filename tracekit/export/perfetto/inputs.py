@@ -1,5 +1,6 @@
-"""What writing one rank is given: the run's tables and process names, the rank's analysis,
-and the counts the writers add to (`ExportStats`)."""
+"""What writing one rank is given: the run's tables and process names, the rank's analysis (or
+how to build it from the events the export reads), and the counts the writers add to
+(`ExportStats`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracekit.errors import TracekitError
 from tracekit.store import reader
 
 if TYPE_CHECKING:
+    import polars as pl
+
+    from tracekit.analyzers.allreduce import ImplTable
     from tracekit.analyzers.model import RankAnalysis
+    from tracekit.analyzers.rules import RuleTable
 
 
 @dataclass
@@ -33,9 +39,38 @@ class ExportStats:
         self.notes += other.notes
 
 
+NO_PHASES = (
+    "no phases found (no `tracekit/<phase>` or known annotation ranges, "
+    "no collector `phases` table)"
+)
+
+
+@dataclass(frozen=True)
+class RankAnalyser:
+    """How a rank is analysed from the events the export read for it (`export_run`): the
+    run's rule and implementation tables, handed to the analysis's own `analyze_rank`."""
+
+    rules: RuleTable
+    table: ImplTable
+
+    def analyse(
+        self, run_dir: Path, rank: int, events: pl.DataFrame | None
+    ) -> tuple[RankAnalysis | None, str]:
+        """The rank's analysis from `events` (None: the rank has none), and the note for a
+        rank without one: no phases, or the error reading or analysing them."""
+        from tracekit.analyzers.model import analyze_rank
+
+        try:
+            ra = analyze_rank(run_dir, rank, self.rules, self.table, events=events, recorded=False)
+        except TracekitError as exc:
+            return None, f"phases and breakdown unavailable: {exc}"
+        return ra, NO_PHASES
+
+
 @dataclass(frozen=True)
 class RankWork:
-    """One rank to write: its analysis (None: `note` says why there is none)."""
+    """One rank to write: its analysis (None: `note` says why there is none), or with
+    `analyser` the means to analyse it from the events the export reads (one read a rank)."""
 
     run_dir: Path
     rank: int
@@ -43,6 +78,7 @@ class RankWork:
     note: str
     flows: bool
     tables: dict[str, bool]
+    analyser: RankAnalyser | None = None
 
 
 @dataclass

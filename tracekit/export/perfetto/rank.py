@@ -17,7 +17,6 @@ from tracekit.export.perfetto.phases import cycle_slices, phase_slices
 from tracekit.export.perfetto.slices import Points, Slices, chunks
 from tracekit.export.perfetto.wire import Piece, take
 from tracekit.export.perfetto.writer import INSTANT, SLICE_BEGIN, SLICE_END, Writer, annotate
-from tracekit.store import reader
 
 if TYPE_CHECKING:
     import polars as pl
@@ -41,6 +40,7 @@ class RankExport:
     ) -> None:
         self.w = writer
         self.ctx = context
+        self.work = work
         self.run_dir = work.run_dir
         self.rank = rank = work.rank
         self.analysis = work.analysis
@@ -139,14 +139,16 @@ class RankExport:
         return uuid
 
     def write(self) -> None:
-        """The rank's process track, then its tracks and slices, then its counters."""
-        events = (
-            reader.scan_table(self.run_dir, "events", rank=self.rank)
-            .select(EVENT_COLUMNS)
-            .collect()
-            if self.ctx.tables["events"] and self.rank in reader.ranks(self.run_dir, "events")
-            else None
-        )
+        """The rank's process track, then its tracks and slices, then its counters.
+
+        The rank's events are read here, once (the export's columns and the analysis's);
+        with an analyser (`RankWork.analyser`) the rank's analysis is built from that read."""
+        from tracekit.analyzers.model import rank_events
+
+        an = self.work.analyser
+        events = rank_events(self.run_dir, self.rank, also=EVENT_COLUMNS)
+        if an is not None:
+            self.analysis, self.note = an.analyse(self.run_dir, self.rank, events)
         if self.analysis is None:
             self.stats.notes.append(f"rank {self.rank}: {self.note}")
         pid = self._main_pid(events)

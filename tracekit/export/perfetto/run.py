@@ -1,5 +1,6 @@
 """The export's entry points: `export(analysis, out)` writes the trace of a `RunAnalysis`;
-`export_run(run_dir, out)` / `write_perfetto` (the CLI's) analyse the run once and export it.
+`export_run(run_dir, out)` / `write_perfetto` (the CLI's) analyse each rank from the events
+the export reads for it (one read a rank) and write it.
 
 Ranks are written one after the other (one rank's events in memory at a time), or by worker
 processes, one rank each, appended in rank order; the run's metadata comes last.
@@ -14,8 +15,14 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from tracekit.errors import InputError, StoreError, TracekitError
-from tracekit.export.perfetto.inputs import ExportStats, RankWork, RunContext
+from tracekit.errors import InputError, StoreError
+from tracekit.export.perfetto.inputs import (
+    NO_PHASES,
+    ExportStats,
+    RankAnalyser,
+    RankWork,
+    RunContext,
+)
 from tracekit.export.perfetto.rank import RankExport
 from tracekit.export.perfetto.writer import Writer
 from tracekit.store import reader
@@ -38,32 +45,25 @@ PARALLEL_MIN_EVENTS = 400_000
 PARALLEL_MIN_CPUS = 4
 
 
-NO_PHASES = (
-    "no phases found (no `tracekit/<phase>` or known annotation ranges, "
-    "no collector `phases` table)"
-)
-
-
 def export_run(
     run_dir: Path, out_path: Path, *, flows: bool = False, jobs: int | None = None
 ) -> ExportStats:
-    """`write_perfetto`, returning what was written: the run analysed once (`analyze`), then
-    exported.
+    """`write_perfetto`, returning what was written: rank by rank, the rank's events read
+    once, its analysis built from them (`analyze_rank`, the analysis's own; its recorded
+    cycles left out, which the trace does not show), the rank written, its events and
+    analysis dropped before the next. The same bytes as `export(analyze(run_dir), ...)`.
 
     A run the analysis refuses as a whole (no phases anywhere, no cycle anywhere, a rank whose
-    rows it cannot read) is still exported: each rank's own analysis where it has one
-    (`analyze_rank`: the phases of a run without cycles), a note for each rank without.
+    rows it cannot read) is still exported: each rank's own analysis where it has one (the
+    phases of a run without cycles), a note for each rank without.
     """
+    from tracekit.analyzers.allreduce import load_impl_table
+    from tracekit.analyzers.rules import load_rules
+
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
-    from tracekit.analyzers.model import analyze
-
-    try:
-        analysis = analyze(run_dir)
-    except TracekitError:
-        ranks, notes = _ranks_one_by_one(run_dir)
-        return _export(run_dir, ranks, notes, out_path, flows=flows, jobs=jobs)
-    return export(analysis, out_path, flows=flows, jobs=jobs)
+    analyser = RankAnalyser(load_rules(None), load_impl_table(None))
+    return _export(run_dir, {}, out_path, flows=flows, jobs=jobs, analyser=analyser)
 
 
 def export(
@@ -80,7 +80,7 @@ def export(
     run_dir = Path(analysis.run_dir)
     _check_run_dir(run_dir)
     ranks = {r.rank: r for r in analysis.ranks}
-    return _export(run_dir, ranks, {}, out_path, flows=flows, jobs=jobs)
+    return _export(run_dir, ranks, out_path, flows=flows, jobs=jobs)
 
 
 def _check_run_dir(run_dir: Path) -> None:
@@ -93,27 +93,6 @@ def _check_run_dir(run_dir: Path) -> None:
             "create it with `tracekit ingest TRACES -o RUN_DIR` or `tracekit merge RUN_DIR`"
         )
         raise StoreError(msg)
-
-
-def _ranks_one_by_one(run_dir: Path) -> tuple[dict[int, RankAnalysis], dict[int, str]]:
-    """Each rank's analysis on its own, for a run `analyze` refused as a whole; a note for
-    each rank without one (no phases, or an error reading them)."""
-    from tracekit.analyzers.allreduce import load_impl_table
-    from tracekit.analyzers.model import analyze_rank
-    from tracekit.analyzers.rules import load_rules
-
-    rules, table = load_rules(None), load_impl_table(None)
-    ranks: dict[int, RankAnalysis] = {}
-    notes: dict[int, str] = {}
-    for rank in _all_ranks(run_dir, _tables(run_dir)):
-        try:
-            ra = analyze_rank(run_dir, rank, rules, table)
-        except TracekitError as exc:
-            notes[rank] = f"phases and breakdown unavailable: {exc}"
-            continue
-        if ra is not None:
-            ranks[rank] = ra
-    return ranks, notes
 
 
 def _tables(run_dir: Path) -> dict[str, bool]:
@@ -140,14 +119,14 @@ def _jobs(run_dir: Path, tables: dict[str, bool], n_ranks: int, jobs: int | None
 def _export(
     run_dir: Path,
     ranks: dict[int, RankAnalysis],
-    notes: dict[int, str],
     out_path: Path,
     *,
     flows: bool,
     jobs: int | None,
+    analyser: RankAnalyser | None = None,
 ) -> ExportStats:
-    """The trace of `run_dir` with the ranks' analyses `ranks` (`notes`: why a rank has none,
-    by rank; default NO_PHASES)."""
+    """The trace of `run_dir` with the ranks' analyses `ranks` (a rank without one: the
+    NO_PHASES note), or each rank analysed as it is written (`analyser`)."""
     out_path = Path(out_path)
     _keep_freed_memory()
     tables = _tables(run_dir)
@@ -158,8 +137,7 @@ def _export(
     tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     parts: list[Path] = []
     work = [
-        RankWork(run_dir, r, ranks.get(r), notes.get(r, NO_PHASES), flows, tables)
-        for r in all_ranks
+        RankWork(run_dir, r, ranks.get(r), NO_PHASES, flows, tables, analyser) for r in all_ranks
     ]
     try:
         with tmp.open("wb") as f:
