@@ -66,6 +66,21 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
+COMPONENT_COLUMNS = ("forward_ns", "allreduce_ns", "overhead_ns")
+
+
+def device_split(bd: pl.DataFrame) -> dict[str, float] | None:
+    """The run's device time split: forward / allreduce / overhead in % of the summed wall time
+    of its cycles' phase instances (docs/DEFINITIONS.md, "Summary"), from the GPU-timed
+    instances when `--gpu-sample N` left some untimed, as the per-phase shares; keys without
+    `_ns`. None when there is no device time."""
+    rows = _timed(bd.filter(pl.col("cycle") >= 0))
+    total = int(rows["wall_ns"].sum() or 0)
+    if not total:
+        return None
+    return {c.removesuffix("_ns"): 100.0 * int(rows[c].sum()) / total for c in COMPONENT_COLUMNS}
+
+
 NOT_MEASURED = (
     "allreduce not measured: {ranks} ranks recorded no communication, so their collectives ran "
     "where Python wrappers do not fire (inside a torch.compile graph or a captured CUDA graph); "

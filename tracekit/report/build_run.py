@@ -2,10 +2,10 @@
 rank skew, CUDA graphs and allreduce implementations, top kernels.
 
 Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew_stats`, `rank_lag_of`,
-`graph_summary`, `kernels_of`; docs/DEFINITIONS.md). Still aggregated here from the breakdown
-rows, having no definition in DEFINITIONS.md yet: the per-cycle means over ranks (over time),
-the headline's device-time split (`device_pct`) and share of (rank, cycle) pairs with a graph
-launch (`graph_cycle_frac`).
+`graph_summary`, `kernels_of`, `device_split`; docs/DEFINITIONS.md). Still aggregated here from
+the breakdown rows, having no definition in DEFINITIONS.md yet: the per-cycle means over ranks
+(over time) and the headline's share of (rank, cycle) pairs with a graph launch
+(`graph_cycle_frac`).
 """
 
 from __future__ import annotations
@@ -99,12 +99,11 @@ def graph_cycle_frac(bd: pl.DataFrame) -> float | None:
 
 
 def device_pct(bd: pl.DataFrame) -> dict[Component, float] | None:
-    """forward / allreduce / overhead in % of the device time of the cycles' phase instances."""
-    top = bd.filter(pl.col("cycle") >= 0)
-    total = int(top["wall_ns"].sum() or 0)
-    if not total:
-        return None
-    return {c: 100.0 * int(top[f"{c}_ns"].sum()) / total for c in COMPONENTS}
+    """The headline's split: the analyzers' `device_split` (docs/DEFINITIONS.md, "Summary")."""
+    from tracekit.analyzers.summary import device_split
+
+    split = device_split(bd)
+    return None if split is None else {c: split[c] for c in COMPONENTS}
 
 
 def _phase_rows(phases: dict[str, dict[str, Any]]) -> list[PhaseRow]:
