@@ -17,29 +17,22 @@ from typing import Any, Literal
 import polars as pl
 
 from tracekit.store.placement import nest, place
+from tracekit.store.schema import PHASES
 
 # `cycles.source`: how the cycle was found (analyzers/cycles.py adds the trace's kinds)
 CycleSource = Literal["cycle_target", "starts_with", "cycle_annotation", "phases", "cycles"]
 Row = dict[str, Any]
 RawKey = tuple[int, int]  # (pid, raw cycle number); pid 0 unless cycles are per process
 
-PHASE_ROW_COLUMNS = {  # the `phases` rows merge writes, in the table's order (store/schema.py)
-    "cycle": pl.Int64,
-    "phase": pl.String,
-    "depth": pl.Int32,
-    "parent": pl.String,
-    "pid": pl.Int64,
-    "tid": pl.Int64,
-    "seq": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "gpu_start_ns": pl.Int64,
-    "gpu_end_ns": pl.Int64,
-    "graph_replays": pl.Int64,
-    "accept_len": pl.Float64,
-    "ok": pl.Boolean,
-    "target": pl.String,
-}
+
+def _phase_row_types() -> dict[str, pl.DataType]:
+    """The `phases` table's columns (store/schema.py), in its order, names as plain strings."""
+    empty = pl.from_arrow(PHASES.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    return {n: pl.String() if t == pl.Categorical else t for n, t in empty.schema.items()}
+
+
+PHASE_ROW_COLUMNS = _phase_row_types()  # the `phases` rows merge writes
 
 
 def cycle_source(kind: CycleSource, phase: str | None = None) -> str:
