@@ -110,7 +110,8 @@ def _join(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json
         if c.method == "collectives":
             how = (
                 f"offset {c.offset_ns / 1e3:+.1f} us +- {(c.error_ns or 0) / 1e3:.1f} us "
-                f"({c.anchors} collectives, spread {(c.spread_ns or 0) / 1e3:.1f} us)"
+                f"({c.estimator} over {c.anchors} collectives, "
+                f"spread {(c.spread_ns or 0) / 1e3:.1f} us)"
             )
             if c.bound_low_ns is not None and c.bound_high_ns is not None:
                 how += (

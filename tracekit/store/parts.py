@@ -288,6 +288,7 @@ def _write_node_rows(out: Path, rank: int, p: Part, c: clk.PartClock, nnodes: in
         "part": str(p.path.resolve()),
         "clock_offset_ns": str(c.offset_ns),
         "clock_method": c.method,
+        "clock_estimator": c.estimator,
         "clock_error_ns": "" if c.error_ns is None else f"{c.error_ns:.0f}",
         "clock_spread_ns": "" if c.spread_ns is None else f"{c.spread_ns:.0f}",
         "clock_anchors": str(c.anchors),

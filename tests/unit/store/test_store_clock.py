@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,11 +35,71 @@ def test_offset_is_the_median_end_difference() -> None:
     assert est.high_ns == 1_700_000 - 900_000
 
 
-def test_balanced_over_who_entered_last() -> None:
-    """Whoever enters last leaves at once, the other after a 30 us wake-up: the plain median
-    leans 30 us to the side that is mostly last; balancing the two sides removes it."""
-    ref_ends, other_ends, ref_starts, other_starts = [], [], [], []
+def _alternating(
+    theta: int, ref_wake: list[int], other_wake: list[int], n: int = 40
+) -> tuple[clock.Anchors, clock.Anchors]:
+    """n collectives 10 ms apart; the side entering last alternates (ref on even k) and
+    leaves 5 us after it entered; the waiting side entered 50 us earlier and leaves the
+    wake-up `*_wake[k // 2]` after the last entry. The other part's clock reads `theta` ahead."""
+    ref: clock.Anchors = {}
+    other: clock.Anchors = {}
+    for k in range(n):
+        t = 1_000_000 + k * 10_000_000
+        if k % 2 == 0:  # ref last, other waits
+            ref[(0, k)] = [(t, t + 5_000)]
+            other[(0, k)] = [(t - 50_000 + theta, t + other_wake[k // 2] + theta)]
+        else:  # other last, ref waits
+            ref[(0, k)] = [(t - 50_000, t + ref_wake[k // 2])]
+            other[(0, k)] = [(t + theta, t + 5_000 + theta)]
+    return ref, other
+
+
+def test_minimum_delay_when_both_sides_entered_last() -> None:
+    """The other side's rank mostly wakes 80 us after the last entry, the reference's 30 us
+    (a rank sharing its core with a busy process wakes late); once each, both woke in 10 us.
+    The balanced end median leans by half the difference of the typical wake-ups (25 us); the
+    midpoint of the causality bounds is set by the fastest wake-ups and is exact."""
     theta = 500_000
+    ref_wake = [10_000] + [30_000] * 19
+    other_wake = [10_000] + [80_000] * 19
+    ref, other = _alternating(theta, ref_wake, other_wake)
+    est = clock.estimate(ref, other)
+    assert est is not None
+    assert est.estimator == "minimum delay"
+    # low = theta - fastest ref wake-up, high = theta + fastest other wake-up
+    assert (est.low_ns, est.high_ns) == (theta - 10_000, theta + 10_000)
+    assert est.offset_ns == theta
+    # the end differences: theta + 75 us (ref last) or theta - 25 us (other last), one each
+    # at theta +- 5 us: median theta, MAD 25 us; balanced over who was last: theta + 25 us
+    assert est.spread_ns == pytest.approx(1.4826 * 25_000)
+    # the third-best bound: theta - 30 us below (low side), theta + 55 us above (other last:
+    # 5 us + its 50 us head start): hypot(20, 45) / 2 us
+    assert est.error_ns == pytest.approx(math.hypot(20_000, 45_000) / 2)
+
+
+def test_end_median_when_one_side_is_always_last() -> None:
+    """The other part always enters last: its bound from above is set by its own waits and is
+    loose, so the minimum delay is not used; the end median is, clipped into the bounds."""
+    theta = 500_000
+    ref: clock.Anchors = {}
+    other: clock.Anchors = {}
+    for k in range(20):
+        t = 1_000_000 + k * 10_000_000
+        ref[(0, k)] = [(t - 50_000, t + 30_000)]  # waits, wakes 30 us after the last entry
+        other[(0, k)] = [(t + theta, t + 5_000 + theta)]
+    est = clock.estimate(ref, other)
+    assert est is not None
+    assert est.estimator == "end median"
+    assert (est.low_ns, est.high_ns) == (theta - 30_000, theta + 55_000)
+    assert est.offset_ns == theta - 25_000  # leans by the wake-up less the last side's 5 us
+
+
+def test_contradicting_anchors_give_the_balanced_end_median() -> None:
+    """A mismatched collective (entered there 1 ms after it was left here) empties the
+    causality interval: no bounds; the end differences balanced over who entered last,
+    where whoever is last leaves at once and the other 30 us later."""
+    theta = 500_000
+    ref_ends, other_ends, ref_starts, other_starts = [], [], [], []
     for k in range(40):
         t = k * 10_000_000
         other_last = k % 4 != 0  # the other part enters last 3 times in 4
@@ -46,8 +107,12 @@ def test_balanced_over_who_entered_last() -> None:
         other_starts.append(t + theta - (0 if other_last else 50_000))
         ref_ends.append(t + 100_000 + (30_000 if other_last else 0))
         other_ends.append(t + theta + 100_000 + (0 if other_last else 30_000))
+    other_starts[7] = ref_ends[7] + theta + 1_000_000
+    other_ends[7] = other_starts[7] + 100_000
     est = clock.estimate(_anchors(ref_ends, ref_starts), _anchors(other_ends, other_starts))
     assert est is not None
+    assert (est.low_ns, est.high_ns) == (None, None)
+    assert est.estimator == "end median"
     assert est.offset_ns == theta  # the plain median would be theta - 30 us
 
 
