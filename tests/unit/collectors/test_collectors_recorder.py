@@ -334,7 +334,9 @@ def test_exit_never_waits_forever_for_the_gpu(tmp_path: Path) -> None:
     waited = time.monotonic() - t
     # THEN the exit waited at most the bound, and every record was written: the first cycles
     # with GPU times, the stuck ones with their CPU times only
-    assert 0.7 <= waited < 1.3  # the event poll gets the deadline less the writing's share
+    # the event poll gets the deadline less the writing's share; the slack above is for a
+    # loaded machine (a stuck GPU without the bound would wait forever)
+    assert 0.7 <= waited < 2.0
     assert recorder_mod.EXIT_DEADLINE_S == 3.0
     rows = _records(rec)
     cycles = [r for r in rows if r["kind"] == "cycle"]
