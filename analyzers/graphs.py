@@ -5,8 +5,8 @@ The per-instance columns (`graph_replayed`, `graph_kernel_frac`, `graph_launches
 by the breakdown (a graph launch is a `cudaGraphLaunch` / `cuGraphLaunch` / `hipGraphLaunch`
 runtime call in the instance's CPU range; its kernels carry the launch's correlation id; in
 light mode the collector counts `CUDAGraph.replay` calls). This module summarises them per phase
-(`graph_summary`: the report's graph table; docs/DEFINITIONS.md "graph_replayed,
-graph_kernel_frac").
+(`graph_summary`: the report's graph table) and per run (`cycle_replay_share`: the report's
+"cycles with graph replay" card); docs/DEFINITIONS.md "graph_replayed, graph_kernel_frac".
 """
 
 from __future__ import annotations
@@ -51,3 +51,17 @@ def graph_summary(bd: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("phase")
     )
+
+
+def cycle_replay_share(bd: pl.DataFrame) -> float | None:
+    """The share of (rank, cycle) pairs, cycles >= 0, in which at least one phase instance
+    launched a CUDA graph (`graph_replayed`); None when `bd` holds no cycle."""
+    per = (
+        bd.filter(pl.col("cycle") >= 0)
+        .group_by("rank", "cycle")
+        .agg(pl.col("graph_replayed").any())
+    )
+    if per.height == 0:
+        return None
+    share: float = per["graph_replayed"].cast(pl.Float64).mean()  # type: ignore[assignment]
+    return share

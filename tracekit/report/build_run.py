@@ -11,7 +11,7 @@ the breakdown rows, having no definition in DEFINITIONS.md yet: the per-cycle me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
@@ -85,17 +85,12 @@ def _analyzed(
 
 
 def graph_cycle_frac(bd: pl.DataFrame) -> float | None:
-    """The share of (rank, cycle) pairs in which some phase instance launched a CUDA graph."""
-    per = (
-        bd.filter(pl.col("cycle") >= 0)
-        .group_by("rank", "cycle")
-        .agg(pl.col("graph_replayed").any())
-    )
-    return (
-        None
-        if per.height == 0
-        else float(cast("float", per["graph_replayed"].cast(pl.Float64).mean()))
-    )
+    """The headline's graph card: the analyzers' `cycle_replay_share` (docs/DEFINITIONS.md,
+    "graph_replayed, graph_kernel_frac")."""
+    from tracekit.analyzers.graphs import cycle_replay_share
+
+    share: float | None = cycle_replay_share(bd)
+    return share
 
 
 def device_pct(bd: pl.DataFrame) -> dict[Component, float] | None:

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tests.unit.analyzers import scenarios
-from tracekit.analyzers.graphs import graph_summary, is_graph_launch
+from tracekit.analyzers.graphs import cycle_replay_share, graph_summary, is_graph_launch
 from tracekit.analyzers.model import breakdown
 
 COLS = ["phase", "instances", "replayed", "replayed_frac", "graph_launches"]
@@ -49,3 +49,22 @@ def test_graph_share_weights_by_busy_time_and_skips_unmeasured() -> None:
         ("idle", 1, 0, 0.0, 0),
     ]
     assert g["graph_kernel_frac"].to_list() == [pytest.approx(0.9), None]
+
+
+def test_cycle_replay_share_two_rank_gpu(tmp_path: Path) -> None:
+    # each rank's cycle 0 replays a graph (in its draft), its cycle 1 none: 2 of 4 pairs
+    assert cycle_replay_share(breakdown(scenarios.two_rank_gpu(tmp_path))) == 0.5
+
+
+def test_cycle_replay_share_counts_a_pair_once_and_skips_outside_cycles() -> None:
+    # rank 0 cycle 0: two replaying instances count once; rank 0 cycle 1: none; rank 1 cycle 0:
+    # one of two; the cycle -1 replay is outside cycles -> 2 of 3 pairs
+    bd = pl.DataFrame(
+        {
+            "rank": [0, 0, 0, 1, 1, 1],
+            "cycle": [0, 0, 1, 0, 0, -1],
+            "graph_replayed": [True, True, False, False, True, True],
+        }
+    )
+    assert cycle_replay_share(bd) == pytest.approx(2 / 3)
+    assert cycle_replay_share(bd.filter(pl.col("cycle") < 0)) is None
