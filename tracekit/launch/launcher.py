@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -59,6 +60,12 @@ def _make_run_dir(opts: LaunchOptions) -> tuple[Path, tuple[int | None, int | No
     return run_dir, node
 
 
+def _remove_unused(run_dir: Path) -> None:
+    """Remove the run directory of a launch that failed before its command started: it holds
+    only what the launcher wrote (run.json, the phase map copy), no record."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> LaunchResult:
     check_options(opts)
     pmap = pm.load(opts.phasemap_path)
@@ -80,7 +87,11 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     if opts.metrics_port is not None:  # launch-side (tracekit/live), fed by the flushed records
         from tracekit.live.metrics import serve_metrics
 
-        live = serve_metrics(layout.raw, opts.metrics_port, host=opts.metrics_host, warn=warn)
+        try:
+            live = serve_metrics(layout.raw, opts.metrics_port, host=opts.metrics_host, warn=warn)
+        except CollectorError:
+            _remove_unused(run_dir)
+            raise
         warn(f"serving live metrics on {live.url}")
 
     sampler = NvmlSampler(layout.raw / NVML_DIR)
@@ -99,6 +110,7 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
         sampler.stop()
         if live is not None:
             live.stop()
+        _remove_unused(run_dir)
         msg = f"cannot start {opts.command[0]!r} ({exc.strerror or exc}); check the command after `--`"
         raise CollectorError(msg) from exc
     watcher = ProcessWatcher(child.pid)

@@ -98,6 +98,19 @@ def test_a_command_that_cannot_start_leaves_no_run_behind(tmp_path: Path) -> Non
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_command_that_fails_to_exec_leaves_no_run_behind(tmp_path: Path) -> None:
+    # found on PATH and executable, but its interpreter does not exist: Popen raises
+    prog = tmp_path / "bin" / "tk-bad-interpreter"
+    prog.parent.mkdir()
+    prog.write_text("#!/nonexistent/interpreter\n")
+    prog.chmod(0o755)
+    opts = _opts(tmp_path, "")
+    opts.command = [str(prog)]
+    with pytest.raises(CollectorError, match="cannot start"):
+        launch(opts, warn=lambda m: None)
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("kw", "match"), [({"mode": "fast"}, "--mode 'fast'"), ({"command": []}, "no command")]
 )

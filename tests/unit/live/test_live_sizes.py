@@ -63,3 +63,5 @@ def test_metrics_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
         )
     assert res.exit_code == 2, res.output
     assert f"--metrics-port {port}: cannot serve on 127.0.0.1:{port}" in res.output
+    # nothing ran: no half-made run directory is left behind
+    assert list(tmp_path.iterdir()) == []
