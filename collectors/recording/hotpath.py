@@ -378,6 +378,15 @@ class HotPath(Lifecycle):
             return acc
         self._accept_off.add(id(rule))
         with contextlib.suppress(Exception):
+            self.accept_failed.append(
+                {
+                    "rule": rule.rule.text,
+                    "where": rule.rule.where,
+                    "target": str(site.target),
+                    "why": why,
+                }
+            )
+        with contextlib.suppress(Exception):
             sys.stderr.write(
                 f"tracekit: accept rule {rule.rule.text} ({rule.rule.where}) on {site.target} "
                 f"{why}; acceptance is not read from this target any more, the program goes on\n"

@@ -248,6 +248,7 @@ class Output(GpuEvents):
                 finished=self.finished,
                 patched=self.patched,
                 unresolved=self.unresolved,
+                accept_failed=self.accept_failed,
                 active=self.active,
                 segments=self._segments.to_json(),
                 dropped=self._segments.dropped.to_json(),

@@ -125,6 +125,8 @@ class RecorderState:
         self._gpu_ref: tuple[Any, int] | None = None
         self._failed = False
         self._accept_off: set[int] = set()  # id() of accept rules disabled after a failure
+        # the rules so disabled, for process.json (merge warns once a rule)
+        self.accept_failed: list[dict[str, str]] = []
         self._rank_info: dict[str, Any] = {}
         self._manifest_written = False
         # site codes: id(site) -> code; table written to sites.json before a batch uses them

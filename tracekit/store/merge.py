@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
+from tracekit.store.merge_checks import accept_failures, unseen_cycle_phase
 from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
@@ -199,22 +200,6 @@ def _report_dropped(by_rank: dict[int, list[ProcessData]], warnings: list[str]) 
     return common
 
 
-def _unseen_cycle_phase(cycle_cfg: dict[str, Any], seen: set[str]) -> str | None:
-    """One warning when the phase the map's cycle rule needs (`require`, or `starts_with`
-    without cycle targets) never ran in any rank: then no step was counted as a cycle."""
-    for key in ("require", "starts_with"):
-        name = cycle_cfg.get(key)
-        if name and name not in seen:
-            ran = ", ".join(sorted(seen)) or "none"
-            return (
-                f'the phase map\'s cycle rule `{key} = "{name}"` needs phase `{name}`, which '
-                f"never ran in any rank (phases that ran: {ran}), so those steps are no cycles; "
-                "the drafter in use may not be in the map: see run.json's `targets`, or add its "
-                "function to the phase with `--phases FILE.toml`"
-            )
-    return None
-
-
 def merge(run_dir: Path | str) -> MergeResult:
     """Merge `run_dir/raw/` into the run's store (the module's docstring says how)."""
     run_dir = Path(run_dir)
@@ -247,10 +232,13 @@ def merge(run_dir: Path | str) -> MergeResult:
             run_dir, rank, by_rank[rank], run, cycle_cfg, first_cycle, result
         )
     if result.phases:
-        missing = _unseen_cycle_phase(cycle_cfg, seen_phases)
+        missing = unseen_cycle_phase(cycle_cfg, seen_phases)
         if missing is not None:
             warnings.append(missing)
     _report_missing_ranks(procs, run, explained, result)
+    failed = accept_failures(procs)
+    if failed is not None:
+        warnings.append(failed)
 
     for rank, table in _counters(
         layout.raw, [p for g in by_rank.values() for p in g], warnings

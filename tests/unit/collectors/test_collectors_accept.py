@@ -158,6 +158,25 @@ def test_failing_rule_is_disabled_and_said_once(
     assert "m:f" in err
     assert [r["accept_len"] for r in _records(rec)] == [None, None, None]
     assert rec.active  # only the rule is off, not the recorder
+    # and process.json says so, so merge can warn once, naming the rule, target and rank
+    from tracekit.store.merge_checks import accept_failures
+    from tracekit.store.raw.processes import read_processes
+
+    procs = read_processes(tmp_path)
+    (failed,) = procs[0].info["accept_failed"]
+    assert failed == {
+        "rule": "from=return value=tokens kind=count",
+        "where": "<phase map>: [[phase]] #1 (draft) key `accept`",
+        "target": "m:f",
+        "why": "AttributeError: 'int' object has no attribute 'tokens'",
+    }
+    said = accept_failures(procs)
+    assert said is not None
+    assert "\n" not in said
+    assert said.startswith("accept rule(s) switched off after a failure: ")
+    assert "from=return value=tokens kind=count (<phase map>: [[phase]] #1 (draft) key " in said
+    assert "on m:f on pid " in said  # no rank outside a launch
+    assert accept_failures([]) is None
 
 
 def test_count_rule_mean_over_list_on_return(tmp_path: Path) -> None:
