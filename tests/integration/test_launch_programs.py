@@ -169,6 +169,26 @@ def test_targets_that_do_not_exist_are_listed_once_and_skipped(prog: Path) -> No
     assert read_table(run, "cycles").height == N_LINES
 
 
+def test_an_accept_rule_that_fails_is_said_by_merge_once(prog: Path) -> None:
+    # GIVEN a map whose cycle reads acceptance from an attribute the return value (a str) lacks
+    bad_map = prog / "accept.toml"
+    bad_map.write_text(
+        MAP.replace(
+            'targets = ["tkprog:process_line"]',
+            'targets = ["tkprog:process_line"]\naccept = { from = "return", value = "tokens" }',
+        )
+    )
+    res = _launch(prog, "--phases", "accept.toml", "--", sys.executable, "run.py", check=True)
+    # THEN the program is untouched, the server's stderr says it once, and so does merge
+    assert res.stderr.count("tracekit: accept rule") == 1
+    merged = [line for line in res.stderr.splitlines() if "accept rule(s) switched off" in line]
+    assert len(merged) == 1, res.stderr
+    assert "on tkprog:process_line on rank 0: AttributeError" in merged[0]
+    cycles = read_table(_only_run(prog), "cycles")
+    assert cycles.height == N_LINES
+    assert cycles["accept_len"].null_count() == N_LINES
+
+
 WORKERS = """
 import multiprocessing as mp
 import os
