@@ -195,15 +195,16 @@ def builtin_path(name: str) -> Path:
     return path
 
 
-def load(path: Path | str) -> PhaseMap:
-    """Read and check a phase map file; errors name the file and what to fix."""
+def load(path: Path | str, *, source: str | None = None) -> PhaseMap:
+    """Read and check a phase map file; errors name the file (or `source`: the file it is a
+    copy of) and what to fix."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         msg = f"{path}: cannot read the phase map ({exc.strerror or exc}); check the path given to `--phases`"
         raise CollectorError(msg) from exc
-    return parse(text, source=str(path), path=path)
+    return parse(text, source=source or str(path), path=path)
 
 
 def load_builtin(name: str) -> PhaseMap:

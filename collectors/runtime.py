@@ -27,6 +27,7 @@ from tracekit.collectors.wrappers import install, resolve_owner
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
 ENV_PHASES = "TRACEKIT_PHASES"  # path of the phase map TOML (the launcher copies it into raw/)
+ENV_PHASES_SOURCE = "TRACEKIT_PHASES_SOURCE"  # the file it is a copy of (named in messages)
 ENV_ADAPTER = "TRACEKIT_ADAPTER"
 ENV_MODE = "TRACEKIT_MODE"  # light | full
 ENV_PROFILE_CYCLES = "TRACEKIT_PROFILE_CYCLES"  # START:COUNT (full mode)
@@ -178,7 +179,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         return None
     raw = Path(run_dir) / "raw"
     phases_path = os.environ.get(ENV_PHASES) or str(raw / "phasemap.toml")
-    pmap = phasemap.load(phases_path)
+    pmap = phasemap.load(phases_path, source=os.environ.get(ENV_PHASES_SOURCE) or None)
     mode: Mode = "full" if os.environ.get(ENV_MODE, "light") == "full" else "light"
     config = RecorderConfig(
         raw_dir=raw,

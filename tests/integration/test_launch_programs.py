@@ -184,6 +184,7 @@ def test_an_accept_rule_that_fails_is_said_by_merge_once(prog: Path) -> None:
     merged = [line for line in res.stderr.splitlines() if "accept rule(s) switched off" in line]
     assert len(merged) == 1, res.stderr
     assert "on tkprog:process_line on rank 0: AttributeError" in merged[0]
+    assert f"({prog / 'accept.toml'}: [cycle] key `accept`)" in merged[0]  # the user's file
     cycles = read_table(_only_run(prog), "cycles")
     assert cycles.height == N_LINES
     assert cycles["accept_len"].null_count() == N_LINES

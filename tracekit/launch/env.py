@@ -24,6 +24,7 @@ def build_env(
     env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + old if old else "")
     env[rt.ENV_RUN_DIR] = str(run_dir.resolve())
     env[rt.ENV_PHASES] = str(phases_copy.resolve())
+    env[rt.ENV_PHASES_SOURCE] = str(Path(opts.phasemap_path).resolve())  # for messages
     env[rt.ENV_ADAPTER] = pmap.name
     env[rt.ENV_MODE] = opts.mode
     env[rt.ENV_FLUSH_RECORDS] = str(opts.flush_records)

@@ -95,6 +95,8 @@ def test_build_env_points_the_child_at_the_bootstrap(
     assert env["PYTHONPATH"] == f"{BOOTSTRAP_DIR}{os.pathsep}/old"
     assert env[rt.ENV_RUN_DIR] == str((tmp_path / "run").resolve())
     assert env[rt.ENV_PHASES] == str((tmp_path / "raw" / "phasemap.toml").resolve())
+    # messages about the map name the user's file, not the run's copy
+    assert env[rt.ENV_PHASES_SOURCE] == str((tmp_path / "map.toml").resolve())
     assert env[rt.ENV_ADAPTER] == "mine"
     assert env[rt.ENV_MODE] == "full"
     assert env[rt.ENV_PROFILE_CYCLES] == "4:3"
