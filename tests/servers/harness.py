@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -90,17 +91,45 @@ def offline(
             cmd += ["--profile-cycles", profile_cycles]
         cmd += ["--", *driver]
         run_dir = tmp / name
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        cmd, env=vllm_env(tp), cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-        check=False,
-    )  # fmt: skip
-    wall = time.perf_counter() - t0
-    (tmp / f"{name}.stderr").write_text(proc.stderr)
+    retried: list[str] = []
+    for attempt in range(1 + CRASH_RETRIES):
+        if run_dir is not None and attempt:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            cmd, env=vllm_env(tp), cwd=REPO, capture_output=True, text=True,
+            timeout=RUN_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        wall = time.perf_counter() - t0
+        (tmp / f"{name}.stderr{'.' + str(attempt) if attempt else ''}").write_text(proc.stderr)
+        crash = interpreter_crash(proc.stderr)
+        if out.is_file() or crash is None:
+            break
+        retried.append(crash)
     assert out.is_file(), (
         f"{' '.join(cmd)} wrote no result (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
     )
-    return Run(json.loads(out.read_text()), proc.returncode, proc.stderr, wall, run_dir)
+    extra: dict[str, Any] = {"retried_after": retried} if retried else {}
+    return Run(json.loads(out.read_text()), proc.returncode, proc.stderr, wall, run_dir, extra)
+
+
+# vLLM 0.32's CPU build sometimes kills a worker while torch.compile warms the model up: its
+# oneDNN GEMM handler's __del__ (`handler_tensor.item()`) runs from the garbage collector under
+# FakeTensorMode, the AssertionError's message formats the tensor, which calls `.item()` again,
+# and the interpreter dies ("Fatal Python error: _Py_CheckRecursiveCall: Cannot recover from
+# stack overflow"; the engine then reports "Engine core initialization failed"). The same
+# `Exception ignored in: CPUDNNLGEMMHandler.__del__` shows without tracekit; whether it turns
+# fatal depends on when the collector runs. A run that died so, before writing its result, is
+# run again (at most CRASH_RETRIES times) and the retry is listed in the measured results.
+CRASH_RETRIES = 2
+_CRASH = re.compile(r"^Fatal Python error: .*$", re.M)
+
+
+def interpreter_crash(stderr: str) -> str | None:
+    """The first "Fatal Python error" line of a run's stderr (a worker's interpreter died),
+    else None."""
+    m = _CRASH.search(stderr)
+    return m.group(0) if m else None
 
 
 def cli_json(*args: str) -> Any:

@@ -171,6 +171,10 @@ def test_offline(config: str, tmp_path: Path) -> None:
             100.0 * (1 - run.result["tokens_per_s"] / base.result["tokens_per_s"]), 1
         )
         row["wall_s_base"] = round(base.wall_s, 1)
+        if base.extra.get("retried_after"):
+            row["base_retried_after"] = base.extra["retried_after"]
+    if run.extra.get("retried_after"):  # vLLM's compile warm-up crash (harness.CRASH_RETRIES)
+        row["retried_after"] = run.extra["retried_after"]
     h.record(row)
 
     # acceptance: tracekit's cycles that verified drafts against vLLM's own counters
