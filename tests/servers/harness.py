@@ -119,8 +119,8 @@ def offline(
 # and the interpreter dies ("Fatal Python error: _Py_CheckRecursiveCall: Cannot recover from
 # stack overflow"; the engine then reports "Engine core initialization failed"). The same
 # `Exception ignored in: CPUDNNLGEMMHandler.__del__` shows without tracekit; whether it turns
-# fatal depends on when the collector runs. A run that died so, before writing its result, is
-# run again (at most CRASH_RETRIES times) and the retry is listed in the measured results.
+# fatal depends on when the garbage collector runs. A run that died so, before writing its
+# result, is run again (at most CRASH_RETRIES times); the retry is listed in the results.
 CRASH_RETRIES = 2
 _CRASH = re.compile(r"^Fatal Python error: .*$", re.M)
 
