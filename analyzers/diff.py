@@ -259,11 +259,7 @@ def diff_of(
     `steady` (each run's steady state): the phases compare each run's steady-state cycles."""
     run_a, run_b = an_a.run_dir, an_b.run_dir
     st_a, st_b = decide(an_a.recorded, choice), decide(an_b.recorded, choice)
-    a, b = st_a.keep(an_a.breakdown), st_b.keep(an_b.breakdown)
-    if a.height == 0:  # full mode: the profiled window lies outside the steady state
-        a = an_a.breakdown
-    if b.height == 0:
-        b = an_b.breakdown
+    (a, note_a), (b, note_b) = st_a.keep_shares(an_a.breakdown), st_b.keep_shares(an_b.breakdown)
     world_a, world_b = a["rank"].n_unique(), b["rank"].n_unique()
     if world_a != world_b:
         msg = (
@@ -279,6 +275,7 @@ def diff_of(
     command = command_change(Path(run_a), Path(run_b), read)
     lines = headline(phases, manifest, env_known=env_known, command=command)
     lines += [f"{w}: {st.note}." for w, st in (("A", st_a), ("B", st_b)) if st.note]
+    lines += [f"{w}: {n}." for w, n in (("A", note_a), ("B", note_b)) if n]
     return {
         "a": str(run_a),
         "b": str(run_b),

@@ -68,6 +68,9 @@ def _span(cycles: list[int]) -> str:
     return str(cycles[0]) if len(cycles) == 1 else f"{cycles[0]}-{cycles[-1]}"
 
 
+PROFILED_OUTSIDE = "the profiled cycles lie outside the steady state; shares from them"
+
+
 @dataclass(frozen=True)
 class Steady:
     """The cycles an aggregate uses, and why."""
@@ -85,6 +88,16 @@ class Steady:
             return frame
         kept: pl.DataFrame = frame.filter(pl.col("cycle").is_in(list(self.kept)))
         return kept
+
+    def keep_shares(self, breakdown: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+        """The breakdown rows the device-timeline shares use: those of the kept cycles; when
+        none is kept but the breakdown has rows (a full-mode run whose profiled window lies
+        outside the steady state, e.g. slowed into the warm-up by the profiler), all of them,
+        with a note saying so."""
+        kept = self.keep(breakdown)
+        if kept.height == 0 and breakdown.height:
+            return breakdown, PROFILED_OUTSIDE
+        return kept, None
 
     @property
     def note(self) -> str | None:

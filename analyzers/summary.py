@@ -156,12 +156,8 @@ def summary_from(analysis: RunAnalysis, choice: CycleChoice | None = None) -> di
     """DESIGN's summary of an analysis, over the steady-state cycles (or `choice`)."""
     steady = decide(analysis.recorded, choice)
     totals = cycle_totals(steady.keep(analysis.recorded))
-    bd = steady.keep(analysis.breakdown)
+    bd, shares_note = steady.keep_shares(analysis.breakdown)
     profiled = _profiled(analysis)
-    shares_note = None
-    if bd.height == 0:  # the profiled window lies outside the steady state: use it anyway
-        bd = analysis.breakdown
-        shares_note = "the profiled cycles lie outside the steady state; shares from them"
     coll = steady.keep(analysis.collectives)
     measured = allreduce_measured(analysis.breakdown, analysis.collectives, analysis.instances)
     phases = phase_stats(bd)

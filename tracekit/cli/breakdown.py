@@ -60,7 +60,7 @@ def grouped(analysis: RunAnalysis, by: str | None, steady: Steady | None = None)
     the cycles `steady` keeps (all when None)."""
     import polars as pl
 
-    bd = analysis.breakdown if steady is None else steady.keep(analysis.breakdown)
+    bd = analysis.breakdown if steady is None else steady.keep_shares(analysis.breakdown)[0]
     if by is None:
         instances: pl.DataFrame = bd.select(INSTANCE_FIELDS)
         return instances
@@ -164,9 +164,11 @@ def command(
     analysis = analyze(run_dir, rules=rules, impl_table=impl_table)
     steady = decide(analysis.recorded, choice)
     rows = grouped(analysis, by, steady)
+    shares_note = steady.keep_shares(analysis.breakdown)[1]
+    note = "; ".join(n for n in (steady.note, shares_note) if n) or None
     if as_json:
-        echo_note(steady.note)
+        echo_note(note)
         payload: list[dict[str, Any]] = rows.to_dicts()
         echo_json(payload)
     else:
-        render(rows, by, steady.note)
+        render(rows, by, note)

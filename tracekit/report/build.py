@@ -68,8 +68,8 @@ class Run:
         profiled window of a full-mode run)."""
         if self.analysis is None or self.steady is None:
             return None
-        kept: pl.DataFrame = self.steady.keep(self.analysis.breakdown)
-        return kept if kept.height else self.analysis.breakdown
+        kept: pl.DataFrame = self.steady.keep_shares(self.analysis.breakdown)[0]
+        return kept
 
     @property
     def phases(self) -> set[str]:

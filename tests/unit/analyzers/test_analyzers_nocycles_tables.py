@@ -191,3 +191,31 @@ def test_full_mode_summary_counts_every_cycle_13(tmp_path: Path) -> None:
     assert s["tokens"] == demo["tokens"] == 21
     assert s["accept_len_mean"] == pytest.approx(demo["accept_len_mean"])  # 2.625
     assert all(p["count"] == 2 * 8 for p in s["phases"].values())  # 2 cycles x 8 ranks
+
+
+@pytest.mark.slow
+def test_full_mode_window_outside_the_cycles_used_gives_its_shares_everywhere(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the full-mode demo (cycles 0-7, profiled 2-3) and cycles 5-6 asked for: none of
+    # them was profiled (vLLM's EAGLE full run had its profiled window slowed into the warm-up)
+    from tracekit.store.merge import merge
+
+    run = tmp_path / "demo"
+    shutil.copytree(SAMPLE_TRACES / "demo_cpu_full_8rank", run)
+    merge(run)
+    sel = ["--cycles", "5:7"]
+    # WHEN summary, breakdown and diff read it
+    s = json.loads(CliRunner().invoke(cli, ["summary", str(run), "--json", *sel]).stdout)
+    bd = CliRunner().invoke(cli, ["breakdown", str(run), "--json", *sel])
+    d = json.loads(CliRunner().invoke(cli, ["diff", str(run), str(run), "--json", *sel]).stdout)
+    # THEN each takes the shares from the profiled window, the same rows, and says so
+    note = "the profiled cycles lie outside the steady state; shares from them"
+    assert s["shares_note"] == note
+    rows = json.loads(bd.stdout)
+    assert {r["cycle"] for r in rows} == {2, 3}
+    assert len(rows) == 2 * 8 * len(s["phases"])  # 2 cycles x 8 ranks x each phase
+    assert note in bd.stderr
+    assert any((r["allreduce_ns"] or 0) > 0 for r in rows)  # the window's gloo allreduce
+    assert f"A: {note}." in d["headline"]
+    assert sorted(d["phases"]) == sorted(s["phases"])
