@@ -55,12 +55,18 @@ _LABELS = {
 }
 
 
-def grouped(analysis: RunAnalysis, by: str | None, steady: Steady | None = None) -> pl.DataFrame:
+def grouped(
+    analysis: RunAnalysis,
+    by: str | None,
+    steady: Steady | None = None,
+    bd: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """The rows `tracekit breakdown` prints: instances, or sums per cycle, phase or rank, over
-    the cycles `steady` keeps (all when None)."""
+    `bd` (default: the breakdown rows `steady` keeps for the shares, all when None)."""
     import polars as pl
 
-    bd = analysis.breakdown if steady is None else steady.keep_shares(analysis.breakdown)[0]
+    if bd is None:
+        bd = analysis.breakdown if steady is None else steady.keep_shares(analysis.breakdown)[0]
     if by is None:
         instances: pl.DataFrame = bd.select(INSTANCE_FIELDS)
         return instances
@@ -163,8 +169,8 @@ def command(
 
     analysis = analyze(run_dir, rules=rules, impl_table=impl_table)
     steady = decide(analysis.recorded, choice)
-    rows = grouped(analysis, by, steady)
-    shares_note = steady.keep_shares(analysis.breakdown)[1]
+    bd, shares_note = steady.keep_shares(analysis.breakdown)
+    rows = grouped(analysis, by, bd=bd)
     note = "; ".join(n for n in (steady.note, shares_note) if n) or None
     if as_json:
         echo_note(note)

@@ -192,10 +192,14 @@ def _ends_estimate(d: np.ndarray, last: np.ndarray) -> float:
     collective last leaves it at once, the others after a wake-up, so with one side mostly
     last the plain median leans by a wake-up. With both sides last often enough, the mean of
     the two sides' medians cancels that (if wake-ups are alike on both)."""
-    med = float(np.median(d))
-    if last.sum() >= MIN_SIDE and (~last).sum() >= MIN_SIDE:
+    if _both_sides(last):
         return (float(np.median(d[last])) + float(np.median(d[~last]))) / 2
-    return med
+    return float(np.median(d))
+
+
+def _both_sides(last: np.ndarray) -> bool:
+    """Each side entered last (`last`: the other part did) at least MIN_SIDE times."""
+    return bool(last.sum() >= MIN_SIDE and (~last).sum() >= MIN_SIDE)
 
 
 # Each side must have entered last this many times for its bound to be set by a last entry.
@@ -247,8 +251,7 @@ def estimate(ref: Anchors, other: Anchors, *, min_anchors: int = MIN_ANCHORS) ->
         theta = _balanced(d, o_in, r_in)
         return Estimate(round(theta), len(d), _se_median(spread, len(d)), spread, None, None)
     mid = (low + high) / 2
-    other_last = (o_in - mid) > r_in
-    if other_last.sum() >= MIN_SIDE and (~other_last).sum() >= MIN_SIDE:
+    if _both_sides((o_in - mid) > r_in):
         error = math.hypot(_floor_gap(-lows), _floor_gap(highs)) / 2
         return Estimate(round(mid), len(d), error, spread, round(low), round(high), "minimum delay")
     theta = min(max(_balanced(d, o_in, r_in), low), high)
