@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collectors.phasemap import Site
+    from tracekit.collectors.phasemap import Site
 
 WRAPPED_MARK = "__tracekit_site__"
 
