@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from tracekit.cli import cli
-from tracekit.live.feed import LiveFeed
+from tracekit.live.feed import LiveFeed, Polled
 from tracekit.live.model import Instance, nested
 from tracekit.live.snapshot import TopState, quantile
 from tracekit.live.tail import ProcessTail
@@ -66,6 +66,13 @@ def _write_raw(raw: Path, pid: int, rank: int, batches: list[list[dict[str, Any]
     return d
 
 
+def _splits(polled: Polled) -> list[tuple[str, int, int, int, int]]:
+    """(phase, wall, forward, allreduce, overhead) of each instance polled."""
+    return [
+        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
+    ]
+
+
 def test_instances_follow_the_light_mode_definition(tmp_path: Path) -> None:
     # GIVEN: one rank, one cycle of DEFINITIONS.md's light-mode example
     _write_raw(tmp_path / "raw", 11, 0, [_cycle_rows(0, 0, 0)])
@@ -73,9 +80,7 @@ def test_instances_follow_the_light_mode_definition(tmp_path: Path) -> None:
     polled = LiveFeed(tmp_path / "raw").poll()
     # THEN: draft forward 900 (idle 0 since the cycle start); verify forward 1300, allreduce
     # 500, overhead 200; the phase after the cycle record is in no cycle
-    assert [
-        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
-    ] == [
+    assert _splits(polled) == [
         ("draft", 900, 900, 0, 0),
         ("verify", 2000, 1300, 500, 200),
     ]
@@ -94,9 +99,7 @@ def test_first_cycle_flushed_before_its_cycle_record(tmp_path: Path) -> None:
     polled = LiveFeed(tmp_path / "raw").poll()
     # THEN the draft's overhead counts from the cycle's start (1000), as the breakdown's does:
     # 300 idle, forward 600
-    assert [
-        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
-    ] == [
+    assert _splits(polled) == [
         ("draft", 900, 600, 0, 300),
         ("verify", 2000, 1300, 500, 200),
     ]
@@ -110,9 +113,7 @@ def test_sub_phase_flushed_before_its_enclosing_call(tmp_path: Path) -> None:
     # WHEN
     polled = LiveFeed(tmp_path / "raw").poll()
     # THEN the sub-phase waited for verify: allreduce 500 of verify's 1800
-    assert [
-        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
-    ] == [
+    assert _splits(polled) == [
         ("draft", 900, 900, 0, 0),
         ("verify", 2000, 1300, 500, 200),
     ]
