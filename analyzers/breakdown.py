@@ -15,11 +15,7 @@ import polars as pl
 from tracekit.analyzers.phases import RankPhases
 from tracekit.analyzers.timeline import split
 
-BREAKDOWN_SCHEMA = {  # the breakdown frame: columns and their types when it is empty
-    "rank": pl.Int32,
-    "cycle": pl.Int64,
-    "phase": pl.String,
-    "start_ns": pl.Int64,
+DESIGN_SCHEMA = {  # DESIGN's fields of a phase instance, in its order
     "wall_ns": pl.Int64,
     "forward_ns": pl.Int64,
     "allreduce_ns": pl.Int64,
@@ -28,6 +24,14 @@ BREAKDOWN_SCHEMA = {  # the breakdown frame: columns and their types when it is 
     "graph_kernel_frac": pl.Float64,
     "allreduce_impl": pl.String,
     "kernels": pl.Int64,
+}
+DESIGN_FIELDS = tuple(DESIGN_SCHEMA)  # what `tracekit breakdown` and the Perfetto slices show
+BREAKDOWN_SCHEMA = {  # the breakdown frame: columns and their types when it is empty
+    "rank": pl.Int32,
+    "cycle": pl.Int64,
+    "phase": pl.String,
+    "start_ns": pl.Int64,
+    **DESIGN_SCHEMA,
     "approximate": pl.Boolean,
     "accept_len": pl.Float64,
     "end_ns": pl.Int64,

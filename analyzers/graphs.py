@@ -11,17 +11,9 @@ light mode the collector counts `CUDAGraph.replay` calls). This module summarise
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
 GRAPH_LAUNCH = r"^(?:cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)(?:_v\d+|_ptsz|_spt)*$"
-_GRAPH_LAUNCH = re.compile(GRAPH_LAUNCH)
-
-
-def is_graph_launch(name: str) -> bool:
-    """True for the runtime/driver calls that launch a whole CUDA (or HIP) graph."""
-    return _GRAPH_LAUNCH.match(name) is not None
 
 
 def graph_summary(bd: pl.DataFrame) -> pl.DataFrame:

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
-from tracekit.analyzers.model import RunAnalysis, analyze
-
-
-def top_kernels(
-    run_dir: Path, n: int = 10, *, rules: Path | None = None, impl_table: Path | None = None
-) -> pl.DataFrame:
-    """`kernels_of` the run in `run_dir`."""
-    return kernels_of(analyze(Path(run_dir), rules=rules, impl_table=impl_table), n)
+from tracekit.analyzers.model import RunAnalysis
 
 
 def kernels_of(analysis: RunAnalysis, n: int = 10) -> pl.DataFrame:

@@ -192,14 +192,3 @@ def analyze(
         items = [(str(run_dir), r, rule_table, table) for r in ranks]
         return combine(run_dir, engine.starmap(analyze_rank, items))
     return combine(run_dir, [analyze_rank(run_dir, r, rule_table, table) for r in ranks])
-
-
-def breakdown(
-    run_dir: Path,
-    *,
-    rules: Path | RuleTable | None = None,
-    impl_table: Path | ImplTable | None = None,
-) -> pl.DataFrame:
-    """Every top-level phase instance of every rank, with DESIGN's breakdown fields plus
-    `approximate`, `accept_len` and a few more (BREAKDOWN_COLUMNS)."""
-    return analyze(run_dir, rules=rules, impl_table=impl_table).breakdown

@@ -9,12 +9,11 @@ minus its allreduce wait; the slowest rank is the one with the most work (ties: 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, cast
 
 import polars as pl
 
-from tracekit.analyzers.model import RunAnalysis, analyze
+from tracekit.analyzers.model import RunAnalysis
 
 SKEW_COLUMNS = [
     "cycle",
@@ -31,14 +30,6 @@ SKEW_COLUMNS = [
     "allreduce_wait_ns_max",
 ]
 LAG_COLUMNS = ["rank", "cycle", "work_ns", "lag_ns"]
-
-
-def collectives(
-    run_dir: Path, *, rules: Path | None = None, impl_table: Path | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(breakdown of every rank, communication activities: rank, cycle, phase, k, dur_ns)."""
-    a = analyze(run_dir, rules=rules, impl_table=impl_table)
-    return a.breakdown, a.collectives
 
 
 def rank_waits(bd: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
@@ -124,13 +115,6 @@ def rank_lag_of(analysis: RunAnalysis) -> pl.DataFrame:
 def skew_of(analysis: RunAnalysis) -> pl.DataFrame:
     """Per (cycle, phase) of an analysed run: SKEW_COLUMNS."""
     return skew_from(analysis.breakdown, analysis.collectives)
-
-
-def skew(
-    run_dir: Path, *, rules: Path | None = None, impl_table: Path | None = None
-) -> pl.DataFrame:
-    """Per (cycle, phase): SKEW_COLUMNS."""
-    return skew_of(analyze(run_dir, rules=rules, impl_table=impl_table))
 
 
 # the per-phase fields `tracekit summary` reports (its JSON's `skew`), in their order

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Literal
 from tracekit.collectors.segments import RetentionPolicy
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
-    from collectors.recording.hotpath import HotPath
+    from tracekit.collectors.recording.hotpath import HotPath
 else:
     from tracekit.collectors.recording.hotpath import HotPath
 

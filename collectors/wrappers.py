@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collectors.phasemap import Site
+    from tracekit.collectors.phasemap import Site
 
 WRAPPED_MARK = "__tracekit_site__"
 
@@ -54,24 +54,7 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
     if site.needs_args:
         return _args_wrapper(fn, site, hooks)
     if inspect.iscoroutinefunction(fn):
-
-        @functools.wraps(fn)
-        async def awrapper(*args: Any, **kwargs: Any) -> Any:
-            if not hooks.active:
-                return await fn(*args, **kwargs)
-            frame = hooks.enter(site)
-            if frame is None:
-                return await fn(*args, **kwargs)
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException:
-                hooks.exit(frame, False, None)
-                raise
-            hooks.exit(frame, True, result)
-            return result
-
-        setattr(awrapper, WRAPPED_MARK, site)
-        return awrapper
+        return _marked(fn, site, _async_body(fn, site, hooks, with_args=False))
 
     enter = hooks.enter
     leave = hooks.exit
@@ -92,52 +75,61 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
 
     sync_call = getattr(hooks, "sync_call", None)
     # the recorder's own body, with enter/exit inlined, falling back to `wrapper`
-    body = wrapper if sync_call is None else sync_call(fn, site, wrapper)
+    return _marked(fn, site, wrapper if sync_call is None else sync_call(fn, site, wrapper))
+
+
+def _marked(fn: Callable[..., Any], site: Site, body: Callable[..., Any]) -> Callable[..., Any]:
+    """`body` dressed as `fn` (name, docstring, `__wrapped__`, ...) and marked with its site."""
     body = functools.wraps(fn)(body)
     setattr(body, WRAPPED_MARK, site)
+    return body
+
+
+def _async_body(
+    fn: Callable[..., Any], site: Site, hooks: Hooks, *, with_args: bool
+) -> Callable[..., Any]:
+    """The body of an async wrapper; `with_args`: hand the call's arguments to `exit`."""
+
+    async def body(*args: Any, **kwargs: Any) -> Any:
+        if not hooks.active:
+            return await fn(*args, **kwargs)
+        frame = hooks.enter(site)
+        if frame is None:
+            return await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException:
+            hooks.exit(frame, False, None)
+            raise
+        if with_args:
+            hooks.exit(frame, True, result, args, kwargs)
+        else:
+            hooks.exit(frame, True, result)
+        return result
+
     return body
 
 
 def _args_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[..., Any]:
     """`make_wrapper` for a site whose accept rule reads an argument of the call."""
-    body: Callable[..., Any]
     if inspect.iscoroutinefunction(fn):
+        return _marked(fn, site, _async_body(fn, site, hooks, with_args=True))
 
-        async def abody(*args: Any, **kwargs: Any) -> Any:
-            if not hooks.active:
-                return await fn(*args, **kwargs)
-            frame = hooks.enter(site)
-            if frame is None:
-                return await fn(*args, **kwargs)
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException:
-                hooks.exit(frame, False, None)
-                raise
-            hooks.exit(frame, True, result, args, kwargs)
-            return result
+    def body(*args: Any, **kwargs: Any) -> Any:
+        if not hooks.active:
+            return fn(*args, **kwargs)
+        frame = hooks.enter(site)
+        if frame is None:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            hooks.exit(frame, False, None)
+            raise
+        hooks.exit(frame, True, result, args, kwargs)
+        return result
 
-        body = abody
-    else:
-
-        def sbody(*args: Any, **kwargs: Any) -> Any:
-            if not hooks.active:
-                return fn(*args, **kwargs)
-            frame = hooks.enter(site)
-            if frame is None:
-                return fn(*args, **kwargs)
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException:
-                hooks.exit(frame, False, None)
-                raise
-            hooks.exit(frame, True, result, args, kwargs)
-            return result
-
-        body = sbody
-    body = functools.wraps(fn)(body)
-    setattr(body, WRAPPED_MARK, site)
-    return body
+    return _marked(fn, site, body)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
-    from collectors.recording.state import RecorderState, ThreadState
-    from collectors.recording.state import now_ns as _time_ns
+    from tracekit.collectors.recording.state import RecorderState, ThreadState
+    from tracekit.collectors.recording.state import now_ns as _time_ns
 else:
     from tracekit.collectors.recording.state import RecorderState, ThreadState
     from tracekit.collectors.recording.state import now_ns as _time_ns

@@ -17,9 +17,9 @@ from tracekit.collectors.accept import read_attr_path
 from tracekit.store.raw.schema import ROW, SiteKind
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
-    from collectors.recording.lifecycle import Lifecycle
-    from collectors.recording.state import Frame, SiteInfo, ThreadState
-    from collectors.recording.state import now_ns as _time_ns
+    from tracekit.collectors.recording.lifecycle import Lifecycle
+    from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState
+    from tracekit.collectors.recording.state import now_ns as _time_ns
 else:
     from tracekit.collectors.recording.lifecycle import Lifecycle
     from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from tracekit.collectors.segments import SegmentLog
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
-    from collectors.recording.output import Output
+    from tracekit.collectors.recording.output import Output
 else:
     from tracekit.collectors.recording.output import Output
 

@@ -18,7 +18,7 @@ from tracekit.store.raw.schema import ROW as _ROW
 from tracekit.store.raw.schema import raw_schema, row_dtype
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
-    from collectors.recording.gpu import GpuEvents
+    from tracekit.collectors.recording.gpu import GpuEvents
 else:
     from tracekit.collectors.recording.gpu import GpuEvents
 

@@ -18,9 +18,9 @@ from tracekit.store.raw.ipc import StreamWriter
 from tracekit.store.raw.schema import ROW
 
 if TYPE_CHECKING:
-    from collectors.recorder import RecorderConfig
     from tracekit.collectors.phasemap import Site
     from tracekit.collectors.profiler import ProfileWindow
+    from tracekit.collectors.recorder import RecorderConfig
 
 _ROW = ROW
 

@@ -18,8 +18,8 @@ from tests.integration import incident
 from tests.unit.analyzers import scenarios
 from tests.unit.analyzers.builders import RankTrace, write_events, write_kineto
 from tracekit.analyzers.diff import diff_runs
-from tracekit.analyzers.model import analyze, breakdown
-from tracekit.analyzers.skew import skew
+from tracekit.analyzers.model import analyze
+from tracekit.analyzers.skew import skew_of
 from tracekit.store.ingest import ingest
 
 SAME = [
@@ -52,8 +52,8 @@ def _ingest(traces: dict[int, RankTrace], tmp: Path) -> Path:
     [scenarios.two_rank_gpu_traces, scenarios.cpu_gloo_traces, scenarios.sglang_spans_traces],
 )
 def test_kineto_matches_hand_built_store(build, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    via_kineto = breakdown(_ingest(build(), tmp_path / "k"))
-    direct = breakdown(write_events(tmp_path / "d", build()))
+    via_kineto = analyze(_ingest(build(), tmp_path / "k")).breakdown
+    direct = analyze(write_events(tmp_path / "d", build())).breakdown
     assert via_kineto.select(SAME).equals(direct.select(SAME))
     # timestamps moved by baseTimeNanoseconds, nothing else
     shift = via_kineto["start_ns"] - direct["start_ns"]
@@ -62,7 +62,7 @@ def test_kineto_matches_hand_built_store(build, tmp_path: Path) -> None:  # type
 
 def test_two_rank_kineto_known_answer(tmp_path: Path) -> None:
     run = _ingest(scenarios.two_rank_gpu_traces(), tmp_path)
-    bd = breakdown(run)
+    bd = analyze(run).breakdown
     assert bd.filter(pl.col("rank") == 1).select(
         "wall_ns", "forward_ns", "allreduce_ns", "overhead_ns"
     ).rows() == [
@@ -71,7 +71,7 @@ def test_two_rank_kineto_known_answer(tmp_path: Path) -> None:
         (2300, 500, 0, 1800),
         (1700, 800, 300, 600),
     ]
-    assert skew(run)["slowest_rank"].to_list() == [1, 1, 0, 1]
+    assert skew_of(analyze(run))["slowest_rank"].to_list() == [1, 1, 0, 1]
 
 
 FAMILIES = [
@@ -127,7 +127,7 @@ def test_hip_graph_launch_and_rccl(tmp_path: Path) -> None:
         runtime="hipGraphLaunch",
         graph=True,
     )
-    bd = breakdown(_ingest({0: tr}, tmp_path))
+    bd = analyze(_ingest({0: tr}, tmp_path)).breakdown
     assert bd.select("graph_replayed", "allreduce_impl", "wall_ns", "allreduce_ns").rows() == [
         (True, "rccl", 600, 200)
     ]

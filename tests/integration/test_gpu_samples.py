@@ -71,9 +71,9 @@ def _demo(run: Path) -> dict[str, Any]:
 
 
 def _breakdown(run: Path) -> Any:
-    from tracekit.analyzers.model import breakdown
+    from tracekit.analyzers.model import analyze
 
-    return breakdown(run)
+    return analyze(run).breakdown
 
 
 def test_samples_are_small_raw_and_from_an_h200() -> None:

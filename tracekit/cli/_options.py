@@ -215,3 +215,9 @@ def engine_options(f: F) -> F:
         "scheduler file); the run directory must be on storage its workers share.",
     )(wrapped)
     return wrapped  # type: ignore[return-value]
+
+
+def analysis_options(f: F) -> F:
+    """The options of a command that analyses a run: `rules_option`, `cycles_option` and
+    `engine_options`, in that order."""
+    return rules_option(cycles_option(engine_options(f)))

@@ -9,13 +9,7 @@ import click
 
 from tracekit.cli._analysis import echo_json, echo_note, fmt, ms
 from tracekit.cli._console import make_console, new_table, print_table
-from tracekit.cli._options import (
-    cycles_option,
-    engine_options,
-    json_option,
-    rules_option,
-    run_dir_argument,
-)
+from tracekit.cli._options import analysis_options, json_option, run_dir_argument
 
 if TYPE_CHECKING:
     import polars as pl
@@ -23,26 +17,9 @@ if TYPE_CHECKING:
     from tracekit.analyzers.model import RunAnalysis
     from tracekit.analyzers.steady import CycleChoice, Steady
 
-# The DESIGN fields first, then tracekit's extras.
-INSTANCE_FIELDS = [
-    "rank",
-    "cycle",
-    "phase",
-    "start_ns",
-    "wall_ns",
-    "forward_ns",
-    "allreduce_ns",
-    "overhead_ns",
-    "graph_replayed",
-    "graph_kernel_frac",
-    "allreduce_impl",
-    "kernels",
-    "approximate",
-    "accept_len",
-    "cpu_ns",
-    "unattributed_ns",
-    "graph_launches",
-]
+# an instance's row: where it is, DESIGN's fields (analyzers/breakdown.py), tracekit's extras
+INSTANCE_KEYS = ("rank", "cycle", "phase", "start_ns")
+INSTANCE_EXTRAS = ("approximate", "accept_len", "cpu_ns", "unattributed_ns", "graph_launches")
 _SUMS = ("wall_ns", "forward_ns", "allreduce_ns", "overhead_ns")
 _LABELS = {
     "allreduce_ns": "allred",
@@ -65,10 +42,12 @@ def grouped(
     `bd` (default: the breakdown rows `steady` keeps for the shares, all when None)."""
     import polars as pl
 
+    from tracekit.analyzers.breakdown import DESIGN_FIELDS
+
     if bd is None:
         bd = analysis.breakdown if steady is None else steady.keep_shares(analysis.breakdown)[0]
     if by is None:
-        instances: pl.DataFrame = bd.select(INSTANCE_FIELDS)
+        instances: pl.DataFrame = bd.select(*INSTANCE_KEYS, *DESIGN_FIELDS, *INSTANCE_EXTRAS)
         return instances
     if by == "cycle":
         cyc = analysis.cycles.select("rank", "cycle", "span_ns", "accept_len")
@@ -141,9 +120,7 @@ def render(rows: pl.DataFrame, by: str | None, note: str | None = None) -> None:
     default=None,
     help="Sum per cycle (per rank), per phase name or per rank instead of one row an instance.",
 )
-@rules_option
-@cycles_option
-@engine_options
+@analysis_options
 def command(
     run_dir: Path,
     as_json: bool,

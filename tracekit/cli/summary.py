@@ -9,13 +9,7 @@ import click
 
 from tracekit.cli._analysis import echo_json, echo_note, fmt
 from tracekit.cli._console import make_console, new_table, print_table
-from tracekit.cli._options import (
-    cycles_option,
-    engine_options,
-    json_option,
-    rules_option,
-    run_dir_argument,
-)
+from tracekit.cli._options import analysis_options, json_option, run_dir_argument
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -128,9 +122,7 @@ def _skew_table(skew: dict[str, Any]) -> Table:
 @click.command(name="summary")
 @run_dir_argument()
 @json_option
-@rules_option
-@cycles_option
-@engine_options
+@analysis_options
 def command(
     run_dir: Path,
     as_json: bool,

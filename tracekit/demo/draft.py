@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from tracekit.demo.config import ModelConfig
-from tracekit.demo.model import DecoderLayer, KVCache, TargetModel, init_weight
+from tracekit.demo.model import DecoderLayer, KVCache, ShardSpec, TargetModel, init_weight
 from tracekit.demo.parallel import TensorParallelGroup
 
 # Scale of the draft layer's own residual branches and of the noise on its fusion layer.
@@ -48,7 +48,8 @@ class DraftHead(torch.nn.Module):
         fc = init_weight(cfg, "draft.fc", (h, 2 * h), FC_NOISE * (2 * h) ** -0.5, device)
         fc[:, :h] += torch.eye(h, device=device)
         self.fc = torch.nn.Parameter(fc.to(dtype), requires_grad=False)
-        self.layer = DecoderLayer(cfg, group, "draft.layer", DRAFT_BRANCH_SCALE, dtype, device)
+        spec = ShardSpec(cfg, group, dtype, device)
+        self.layer = DecoderLayer(spec, "draft.layer", DRAFT_BRANCH_SCALE)
 
     def new_cache(self) -> KVCache:
         return KVCache.allocate(
@@ -71,7 +72,7 @@ class DraftHead(torch.nn.Module):
         """Predicted target features of positions+1, [T, H]."""
         x = torch.cat([self.target.embed_tokens(ids), features], dim=-1)
         x = torch.nn.functional.linear(x, self.fc)
-        return self.layer(x, positions, cache.keys[0], cache.values[0], kv_len)  # type: ignore[no-any-return]
+        return self.layer(x, positions, cache, 0, kv_len)  # type: ignore[no-any-return]
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         return self.target.logits(features)

@@ -108,19 +108,23 @@ class KVCache:
         self.length = length
 
 
+@dataclass(frozen=True)
+class ShardSpec:
+    """What each layer of one rank's model is built from: the model's config, the
+    tensor-parallel group that shards it, and the weights' dtype and device."""
+
+    cfg: ModelConfig
+    group: TensorParallelGroup
+    dtype: torch.dtype
+    device: torch.device
+
+
 class Attention(torch.nn.Module):
     key_pos: torch.Tensor
 
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        group: TensorParallelGroup,
-        prefix: str,
-        out_std: float,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> None:
+    def __init__(self, spec: ShardSpec, prefix: str, out_std: float) -> None:
         super().__init__()
+        cfg, group, dtype, device = spec.cfg, spec.group, spec.dtype, spec.device
         h, d = cfg.hidden_size, cfg.head_dim
         self.heads = cfg.num_heads // group.size
         self.kv_heads = cfg.num_kv_heads // group.size
@@ -170,16 +174,9 @@ class Attention(torch.nn.Module):
 class MLP(torch.nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)), gate/up column-parallel, down row-parallel."""
 
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        group: TensorParallelGroup,
-        prefix: str,
-        out_std: float,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> None:
+    def __init__(self, spec: ShardSpec, prefix: str, out_std: float) -> None:
         super().__init__()
+        cfg, group, dtype, device = spec.cfg, spec.group, spec.dtype, spec.device
         h, i = cfg.hidden_size, cfg.intermediate_size
         gate = init_weight(cfg, f"{prefix}.gate", (i, h), h**-0.5, device)
         up = init_weight(cfg, f"{prefix}.up", (i, h), h**-0.5, device)
@@ -199,39 +196,25 @@ class MLP(torch.nn.Module):
 class DecoderLayer(torch.nn.Module):
     """Pre-norm Llama layer: x + attn(norm(x)), then x + mlp(norm(x)). Two allreduces."""
 
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        group: TensorParallelGroup,
-        prefix: str,
-        branch_scale: float,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> None:
+    def __init__(self, spec: ShardSpec, prefix: str, branch_scale: float) -> None:
         super().__init__()
-        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, dtype, device)
-        self.attn = Attention(
-            cfg, group, f"{prefix}.attn", branch_scale * cfg.hidden_size**-0.5, dtype, device
-        )
-        self.post_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, dtype, device)
+        cfg = spec.cfg
+        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, spec.dtype, spec.device)
+        self.attn = Attention(spec, f"{prefix}.attn", branch_scale * cfg.hidden_size**-0.5)
+        self.post_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps, spec.dtype, spec.device)
         # silu(g) * u has about half the magnitude of a unit Gaussian: make up for it.
-        self.mlp = MLP(
-            cfg,
-            group,
-            f"{prefix}.mlp",
-            2.0 * branch_scale * cfg.intermediate_size**-0.5,
-            dtype,
-            device,
-        )
+        self.mlp = MLP(spec, f"{prefix}.mlp", 2.0 * branch_scale * cfg.intermediate_size**-0.5)
 
     def forward(
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        cache: KVCache,
+        layer: int,
         kv_len: int | None,
     ) -> torch.Tensor:
+        """The layer on `x`, with its keys and values at `layer` in `cache`."""
+        k_cache, v_cache = cache.keys[layer], cache.values[layer]
         x = x + self.attn(self.input_norm(x), positions, k_cache, v_cache, kv_len)
         out: torch.Tensor = x + self.mlp(self.post_norm(x))
         return out
@@ -257,9 +240,9 @@ class TargetModel(torch.nn.Module):
         # Residual branches scaled so that all layers together perturb the embedding by
         # about `divergence` (per component) whatever the depth.
         branch = cfg.divergence / (2 * cfg.num_layers) ** 0.5
+        spec = ShardSpec(cfg, group, dtype, device)
         self.layers = torch.nn.ModuleList(
-            DecoderLayer(cfg, group, f"layers.{i}", branch, dtype, device)
-            for i in range(cfg.num_layers)
+            DecoderLayer(spec, f"layers.{i}", branch) for i in range(cfg.num_layers)
         )
         self.norm = RMSNorm(h, cfg.rms_eps, dtype, device)
         self.lm_head = init_weight(cfg, "lm_head", (cfg.vocab_size, h), h**-0.5, device).to(dtype)
@@ -287,5 +270,5 @@ class TargetModel(torch.nn.Module):
         """Hidden states before the final norm (the draft head's features) and logits."""
         x = self.embed_tokens(ids)
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, cache.keys[i], cache.values[i], kv_len)
+            x = layer(x, positions, cache, i, kv_len)
         return x, self.logits(x)

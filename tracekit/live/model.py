@@ -5,8 +5,11 @@ batch at a time, so `tracekit top` and the Prometheus metrics agree with `tracek
 on a light-mode run:
 
 - a **phase instance** is a top-level (depth 0) phase record inside a cycle (raw cycle >= 0);
+  records are decoded (tracekit/store/raw/records.py) and nested (tracekit/store/placement.py
+  `nest`) as merge does; a record whose enclosing call has not been flushed yet (the collector
+  recorded it at depth > 0) waits for it in the next batch;
 - its device interval is its CUDA-event span, or its CPU range on a CPU-only run; the spans of
-  its `allreduce` sub-phases inside it are **allreduce**, the rest **forward**; the idle time
+  its `allreduce` sub-phases are **allreduce**, the rest **forward**; the idle time
   since the previous top-level phase of the same thread ended (for the first one: since the
   first cycle record's start) is **overhead**; `wall = forward + allreduce + overhead`;
 - a **cycle** is a cycle-target record (dropped when the map's `require` phase did not run in
@@ -15,8 +18,8 @@ on a light-mode run:
   after its cycle's record (between two cycles: a new request's prefill) is in no cycle. Acceptance rules of kind `delta`
   give tokens only at merge (they need the next call); live, such cycles have none.
 
-State is bounded: per thread a cursor and the sub-phases of the phase still open, per process
-the last few raw cycles.
+State is bounded: per thread a cursor, per process the records waiting for their enclosing call
+and the last few raw cycles.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from tracekit.errors import InputError
+from tracekit.store.placement import nest
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,10 +65,12 @@ class Cycle:
     accept_len: float | None
 
 
+Span = tuple[int, int]
+
+
 @dataclass
 class _ThreadState:
     cursor: int | None = None  # end of the previous top-level phase's device interval
-    subs: list[tuple[int, int]] = field(default_factory=list)  # allreduce sub-phase spans
 
 
 @dataclass
@@ -76,9 +84,11 @@ class _ProcState:
     last_end: int = 0
     # top-level rows of the first cycle read before its cycle record (a timer flush in the
     # middle of cycle 0): their overhead counts from the window start, known with that record
-    deferred: list[tuple[_ThreadState, dict[str, Any], str, int, list[tuple[int, int]]]] = field(
+    deferred: list[tuple[_ThreadState, dict[str, Any], str, int, list[Span]]] = field(
         default_factory=list
     )
+    # phase records whose enclosing call is in a later batch (flushed before it ended)
+    waiting: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -106,11 +116,59 @@ class CycleRule:
         return cls(require=rule["require"], starts_with=rule["starts_with"])
 
 
-def _span(r: dict[str, Any]) -> tuple[int, int]:
+def _span(r: dict[str, Any]) -> Span:
     g0, g1 = r.get("gpu_start_ns"), r.get("gpu_end_ns")
     if g0 is not None and g1 is not None:
         return int(g0), int(g1)
     return int(r["start_ns"]), int(r["end_ns"])
+
+
+_NEST_COLUMNS = {
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "phase": pl.String,
+    "seq": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+
+def nested(
+    waiting: list[dict[str, Any]], rows: list[dict[str, Any]], pid: int
+) -> tuple[dict[int, list[Span]], list[dict[str, Any]]]:
+    """Nest a process's decoded phase records (`rows`, after those `waiting` from earlier
+    batches) with merge's rule (placement.nest). Returns, keyed by `id(row)`, each top-level
+    record's `allreduce` sub-phase spans, and the records still waiting: those nested in (or
+    being) a record of depth 0 here that the collector recorded at depth > 0, whose enclosing
+    call comes in a later batch. A waiting record that ended before a top-level record of its
+    thread started never gets one (calls on a thread nest) and is dropped."""
+    window = waiting + rows
+    if not window:
+        return {}, []
+    frame = pl.DataFrame(
+        {c: [pid if c == "pid" else r[c] for r in window] for c in _NEST_COLUMNS},
+        schema=_NEST_COLUMNS,
+    ).with_row_index("_row")
+    inst = nest(frame)
+    row_of: list[int] = inst["_row"].to_list()  # nesting order -> window index
+    depth: list[int] = inst["depth"].to_list()
+    top: list[int] = inst["top"].to_list()  # position (inst) of the outermost range
+    tops: dict[int, list[Span]] = {}
+    last_top: dict[int, int] = {}  # tid -> latest start of a top-level record
+    for i, w in enumerate(row_of):
+        if depth[i] == 0 and window[w]["depth"] == 0:
+            tops[w] = []
+            tid = window[w]["tid"]
+            last_top[tid] = max(last_top.get(tid, window[w]["start_ns"]), window[w]["start_ns"])
+    still: list[dict[str, Any]] = []
+    for i, w in enumerate(row_of):
+        r, t = window[w], row_of[top[i]]
+        if t not in tops:
+            if r["end_ns"] > last_top.get(r["tid"], r["end_ns"] - 1):
+                still.append(r)
+        elif depth[i] > 0 and r["phase"] == "allreduce":
+            tops[t].append(_span(r))
+    return {id(window[w]): subs for w, subs in tops.items()}, still
 
 
 class LiveModel:
@@ -124,53 +182,31 @@ class LiveModel:
         self, proc: ProcessTail, batch: pa.RecordBatch, rank: int
     ) -> tuple[list[Instance], list[Cycle]]:
         st = self._procs.setdefault(proc.pid, _ProcState())
-        instances: list[Instance] = []
+        rows = proc.decode(batch)
+        instances = self._open_window(st, rows, rank) if st.window_ns is None else []
         cycles: list[Cycle] = []
         rule = self.rule
-        rows = batch.to_pylist()
-        if st.window_ns is None:
-            starts = [
-                int(r["start_ns"])
-                for r in rows
-                if r.get("code") is not None
-                and r.get("start_ns") is not None
-                and proc.site(int(r["code"]))[0] == "cycle"
-            ]
-            st.window_ns = min(starts) if starts else None
-            if st.window_ns is not None and st.deferred:
-                for d_ts, d_row, d_phase, d_cyc, d_subs in st.deferred:
-                    if d_ts.cursor is None:
-                        d_ts.cursor = st.window_ns
-                    inst = self._instance(d_ts, d_row, rank, d_phase, d_cyc, d_subs)
-                    if inst is not None:
-                        instances.append(inst)
-                st.deferred.clear()
+        subs, st.waiting = nested(st.waiting, [r for r in rows if r["kind"] == "phase"], proc.pid)
         for r in rows:
-            code = r.get("code")
-            if code is None or r.get("start_ns") is None or r.get("end_ns") is None:
-                continue
-            kind, phase = proc.site(int(code))
-            cyc = int(r.get("cycle") if r.get("cycle") is not None else -1)
-            st.last_end = max(st.last_end, int(r["end_ns"]))
-            if kind == "cycle":
+            cyc = r["cycle"]
+            st.last_end = max(st.last_end, r["end_ns"])
+            if r["kind"] == "cycle":
                 st.closed_cycle = max(st.closed_cycle, cyc)
                 if rule.starts_with is None and (rule.require is None or cyc in st.with_require):
-                    acc = _num(r.get("accept_len"))
+                    acc = _num(r["accept_len"])
                     if acc is None:
                         acc = st.phase_accept.get(cyc)
-                    cycles.append(Cycle(rank, cyc, int(r["end_ns"]), acc))
+                    cycles.append(Cycle(rank, cyc, r["end_ns"], acc))
                 continue
             if rule.starts_with is None and cyc <= st.closed_cycle:
                 cyc = -1  # after its cycle's record: between two cycles (a new request's prefill)
-            depth = int(r.get("depth") or 0)
-            ts = st.threads.setdefault(int(r.get("tid") or 0), _ThreadState())
-            if depth > 0:
-                if phase == "allreduce":
-                    ts.subs.append(_span(r))
-                continue
+            top_subs = subs.get(id(r))
+            if top_subs is None:
+                continue  # a sub-phase (or waiting for its enclosing call)
+            phase = r["phase"]
             if phase == rule.require and cyc >= 0 and cyc not in st.with_require:
                 st.with_require.append(cyc)
-            acc = _num(r.get("accept_len"))
+            acc = _num(r["accept_len"])
             if acc is not None and cyc >= 0:
                 st.phase_accept[cyc] = acc
                 if len(st.phase_accept) > RECENT_CYCLES:
@@ -179,15 +215,33 @@ class LiveModel:
                 if st.last_cycle >= 0:
                     cycles.extend(self._starts_with_cycle(st, rank, st.last_cycle))
                 st.last_cycle = cyc
+            ts = st.threads.setdefault(r["tid"], _ThreadState())
             if ts.cursor is None and cyc >= 0 and st.window_ns is None and rule.starts_with is None:
-                st.deferred.append((ts, r, phase or "?", cyc, self._take_subs(ts, r)))
+                st.deferred.append((ts, r, phase, cyc, top_subs))
                 continue  # its cycle record (the window start) comes in a later batch
             if ts.cursor is None and cyc >= 0 and st.window_ns is not None:
                 ts.cursor = st.window_ns  # idle from the cycle's start: the first phase's overhead
-            inst = self._instance(ts, r, rank, phase or "?", cyc, self._take_subs(ts, r))
+            inst = self._instance(ts, r, rank, phase, cyc, top_subs)
             if inst is not None:
                 instances.append(inst)
         return instances, cycles
+
+    def _open_window(self, st: _ProcState, rows: list[dict[str, Any]], rank: int) -> list[Instance]:
+        """Set the window start (the first cycle record's start) when this batch has one, and
+        give the deferred top-level rows of the first cycle their instances."""
+        starts = [r["start_ns"] for r in rows if r["kind"] == "cycle"]
+        st.window_ns = min(starts) if starts else None
+        if st.window_ns is None:
+            return []
+        instances: list[Instance] = []
+        for d_ts, d_row, d_phase, d_cyc, d_subs in st.deferred:
+            if d_ts.cursor is None:
+                d_ts.cursor = st.window_ns
+            inst = self._instance(d_ts, d_row, rank, d_phase, d_cyc, d_subs)
+            if inst is not None:
+                instances.append(inst)
+        st.deferred.clear()
+        return instances
 
     def _starts_with_cycle(self, st: _ProcState, rank: int, cyc: int) -> list[Cycle]:
         if self.rule.require is not None and cyc not in st.with_require:
@@ -204,21 +258,13 @@ class LiveModel:
         return out
 
     @staticmethod
-    def _take_subs(ts: _ThreadState, r: dict[str, Any]) -> list[tuple[int, int]]:
-        """The allreduce sub-phases inside top-level row `r`; earlier ones are done with."""
-        cpu0, cpu1 = int(r["start_ns"]), int(r["end_ns"])
-        subs = [(a, b) for a, b in ts.subs if a >= cpu0 and b <= cpu1]
-        ts.subs.clear()
-        return subs
-
-    @staticmethod
     def _instance(
         ts: _ThreadState,
         r: dict[str, Any],
         rank: int,
         phase: str,
         cyc: int,
-        subs: list[tuple[int, int]],
+        subs: list[Span],
     ) -> Instance | None:
         s, e = _span(r)
         cpu0, cpu1 = int(r["start_ns"]), int(r["end_ns"])

@@ -7,13 +7,13 @@ message at a time: a batch still being written (or cut by a crash) is left for t
 A closed segment ends with the end-of-stream marker; then the tail goes on with the next one.
 Segments deleted by retention before the tail read them are counted (`skipped`), never fatal.
 
-Reads with pyarrow only (no polars), in the launcher's process or `tracekit top`'s, never in
-the server.
+Reads with pyarrow, in the launcher's process or `tracekit top`'s, never in the server. The
+rows come out decoded as merge decodes them (tracekit/store/raw/records.py: complete rows, sites
+resolved).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracekit.store.raw.files import PROCESS_FILE, SITES_FILE, list_segments
+from tracekit.store.raw.files import PROCESS_FILE, SITES_FILE, list_segments, read_json
+from tracekit.store.raw.records import complete, decode, valid_sites
 from tracekit.store.raw.schema import EOS as _EOS
 
 READ_CHUNK = 64 << 20  # at most this much of a segment a poll
@@ -85,7 +86,7 @@ class ProcessTail:
     pid: int
     dir: Path
     segment: SegmentTail | None = None
-    sites: dict[int, tuple[str, str | None]] = field(default_factory=dict)  # code -> kind, phase
+    sites: list[dict[str, Any]] = field(default_factory=list)  # sites.json's site table
     info: dict[str, Any] = field(default_factory=dict)  # process.json
     records: int = 0
     skipped: int = 0  # segments deleted by retention before they were read
@@ -106,30 +107,25 @@ class ProcessTail:
         return n if isinstance(n, int) else 0
 
     def refresh_info(self) -> None:
-        try:
-            data = json.loads((self.dir / PROCESS_FILE).read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(data, dict):
+        data, _why = read_json(self.dir / PROCESS_FILE)
+        if data:  # a missing or half-written file keeps what was read before
             self.info = data
 
     def _load_sites(self) -> None:
-        try:
-            data = json.loads((self.dir / SITES_FILE).read_text())
-        except (OSError, ValueError):
-            return
-        for s in data.get("sites", []) if isinstance(data, dict) else []:
-            if isinstance(s, dict) and isinstance(s.get("code"), int):
-                kind = str(s.get("kind", "phase"))
-                self.sites[s["code"]] = (kind, str(s.get("phase")) if kind == "phase" else None)
+        data, _why = read_json(self.dir / SITES_FILE)
+        sites = valid_sites(data)
+        if sites is not None:
+            self.sites = sites
 
-    def site(self, code: int) -> tuple[str, str | None]:
-        got = self.sites.get(code)
-        if got is None:
-            self._load_sites()  # written before the first batch that uses the code
-            got = self.sites.get(code, ("phase", f"code{code}"))
-            self.sites.setdefault(code, got)
-        return got
+    def decode(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+        """The batch's complete rows, decoded with the process's site table (kind, phase,
+        parent name, target); a code not in it is read again first (sites.json is rewritten
+        before the first batch that uses a new code), one still unknown reads `code<N>`."""
+        rows = complete(batch)
+        known = {int(s["code"]) for s in self.sites}
+        if not set(rows.column("code").drop_null().to_pylist()) <= known:
+            self._load_sites()
+        return decode(rows, self.sites)
 
     def poll(self) -> list[pa.RecordBatch]:
         """New batches, across as many segments as were closed since the last poll."""

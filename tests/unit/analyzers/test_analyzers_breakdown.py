@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from tests.unit.analyzers import scenarios
-from tracekit.analyzers.model import analyze, breakdown
+from tracekit.analyzers.model import analyze
 from tracekit.errors import StoreError
 
 COLS = ["rank", "cycle", "phase", "wall_ns", "forward_ns", "allreduce_ns", "overhead_ns"]
@@ -27,7 +27,7 @@ def test_two_rank_gpu_split_to_the_nanosecond(tmp_path: Path) -> None:
     # GIVEN two ranks, two cycles each (scenarios.two_rank_gpu)
     run = scenarios.two_rank_gpu(tmp_path)
     # WHEN
-    bd = breakdown(run)
+    bd = analyze(run).breakdown
     # THEN rank 0, window from the first cycle's CPU start (1000):
     #   draft0: k1 [1200,1500] idle 200 + 300, k2 [1500,1700] 200 -> fwd 500, ovh 200
     #   verify0: gemm [2300,2800] idle 600 + 500 fwd; nccl [2800,3300] 500 allreduce
@@ -91,7 +91,7 @@ def test_phase_instances_nesting(tmp_path: Path) -> None:
 
 def test_cpu_only_rank_uses_top_level_ops_and_gloo(tmp_path: Path) -> None:
     run = scenarios.cpu_gloo(tmp_path)
-    bd = breakdown(run)
+    bd = analyze(run).breakdown
     # matmul [100,2000] idle 100 + 1900 (aten::mm nested, ignored); relu [2000,3000] 1000;
     # c10d::allreduce_ [3100,3200] idle 100 + 100; gloo:all_reduce [3300,7800] idle 100 + 4500
     assert rows(bd) == [(0, 0, "verify", 7800, 2900, 4600, 300)]
@@ -101,7 +101,7 @@ def test_cpu_only_rank_uses_top_level_ops_and_gloo(tmp_path: Path) -> None:
 
 def test_light_mode_is_approximate(tmp_path: Path) -> None:
     run = scenarios.light_mode(tmp_path)
-    bd = breakdown(run)
+    bd = analyze(run).breakdown
     # draft GPU span [1100,1900]: idle 100 + 800 forward
     # verify [2100,3900] with the allreduce sub-phase [3200,3700]: idle 200, forward 1100 + 200,
     # allreduce 500
@@ -114,7 +114,7 @@ def test_light_mode_is_approximate(tmp_path: Path) -> None:
 
 def test_sglang_spans_through_the_rule_table(tmp_path: Path) -> None:
     run = scenarios.sglang_spans(tmp_path)
-    bd = breakdown(run)
+    bd = analyze(run).breakdown
     # the verify before the first draft is outside every cycle; step[DRAFT] is draft's sub-phase
     assert rows(bd) == [
         (0, 0, "draft", 800, 600, 0, 200),
@@ -133,7 +133,7 @@ def test_user_rules_file(tmp_path: Path) -> None:
     run = scenarios.sglang_spans(tmp_path / "run")
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rule]]\npattern = "draft_extend"\nphase = "extend"\n')
-    bd = breakdown(run, rules=rules)
+    bd = analyze(run, rules=rules).breakdown
     assert sorted(set(bd["phase"].to_list())) == ["draft", "extend", "verify"]
 
 
@@ -144,7 +144,7 @@ def test_no_phases_is_a_store_error(tmp_path: Path) -> None:
     tr.range("something_else", 0, 10)
     run = write_events(tmp_path, {0: tr})
     with pytest.raises(StoreError, match="--rules"):
-        breakdown(run)
+        analyze(run)
 
 
 def test_cycle_marks_take_the_collectors_numbers(tmp_path: Path) -> None:

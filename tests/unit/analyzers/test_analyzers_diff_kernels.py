@@ -18,7 +18,8 @@ from tracekit.analyzers.diff import (
     manifest_changes,
 )
 from tracekit.analyzers.headline import headline
-from tracekit.analyzers.kernels import top_kernels
+from tracekit.analyzers.kernels import kernels_of
+from tracekit.analyzers.model import analyze
 
 
 def test_bootstrap_ci_is_deterministic_and_brackets_the_shift() -> None:
@@ -74,7 +75,7 @@ def test_diff_same_run_is_not_significant(tmp_path: Path) -> None:
 
 
 def test_top_kernels(tmp_path: Path) -> None:
-    tk = top_kernels(scenarios.two_rank_gpu(tmp_path), n=2)
+    tk = kernels_of(analyze(scenarios.two_rank_gpu(tmp_path)), n=2)
     # verify: gemm 500+700 (rank 0) + 700+800 (rank 1) = 2700 ns, 4 launches; custom AR
     # 500 + 300 = 800; NCCL 500 + 300 = 800 (ties ordered by name)
     verify = tk.filter(pl.col("phase") == "verify")

@@ -10,14 +10,15 @@ from click.testing import CliRunner
 
 from tests.unit.analyzers import scenarios
 from tracekit.analyzers.breakeven import breakeven, breakeven_runs
-from tracekit.analyzers.skew import skew
+from tracekit.analyzers.model import analyze
+from tracekit.analyzers.skew import skew_of
 from tracekit.cli import cli
 from tracekit.errors import InputError
 
 
 def test_skew_two_ranks(tmp_path: Path) -> None:
     run = scenarios.two_rank_gpu(tmp_path)
-    sk = skew(run)
+    sk = skew_of(analyze(run))
     cols = [
         "cycle",
         "phase",
@@ -88,9 +89,10 @@ def test_breakeven_from_runs(tmp_path: Path) -> None:
 
 def test_collectives_and_rank_waits(tmp_path: Path) -> None:
     # the public pieces the HTML report uses
-    from tracekit.analyzers.skew import collectives, rank_waits
+    from tracekit.analyzers.skew import rank_waits
 
-    bd, comm = collectives(scenarios.two_rank_gpu(tmp_path))
+    a = analyze(scenarios.two_rank_gpu(tmp_path))
+    bd, comm = a.breakdown, a.collectives
     assert comm.sort("rank", "cycle").select("rank", "cycle", "phase", "k", "dur_ns").rows() == [
         (0, 0, "verify", 0, 500),
         (0, 1, "verify", 0, 500),

@@ -225,10 +225,10 @@ def test_bad_inputs_raise_tracekit_errors(tmp_path: Path) -> None:
 
 def test_phase_and_cycle_args_carry_the_breakdown(run: tuple[Path, ReadBack]) -> None:
     # GIVEN the analyzers' breakdown of the run
-    from tracekit.analyzers.model import breakdown
+    from tracekit.analyzers.model import analyze
 
     run_dir, rb = run
-    bd = breakdown(run_dir)
+    bd = analyze(run_dir).breakdown
     # WHEN reading the phases tracks' slices
     got = {}
     for rank, proc in _rank_tracks(rb).items():

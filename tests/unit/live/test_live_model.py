@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from tracekit.cli import cli
-from tracekit.live.feed import LiveFeed
-from tracekit.live.model import Instance
+from tracekit.live.feed import LiveFeed, Polled
+from tracekit.live.model import Instance, nested
 from tracekit.live.snapshot import TopState, quantile
 from tracekit.live.tail import ProcessTail
 from tracekit.store.raw.schema import raw_schema
@@ -66,6 +66,13 @@ def _write_raw(raw: Path, pid: int, rank: int, batches: list[list[dict[str, Any]
     return d
 
 
+def _splits(polled: Polled) -> list[tuple[str, int, int, int, int]]:
+    """(phase, wall, forward, allreduce, overhead) of each instance polled."""
+    return [
+        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
+    ]
+
+
 def test_instances_follow_the_light_mode_definition(tmp_path: Path) -> None:
     # GIVEN: one rank, one cycle of DEFINITIONS.md's light-mode example
     _write_raw(tmp_path / "raw", 11, 0, [_cycle_rows(0, 0, 0)])
@@ -73,9 +80,7 @@ def test_instances_follow_the_light_mode_definition(tmp_path: Path) -> None:
     polled = LiveFeed(tmp_path / "raw").poll()
     # THEN: draft forward 900 (idle 0 since the cycle start); verify forward 1300, allreduce
     # 500, overhead 200; the phase after the cycle record is in no cycle
-    assert [
-        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
-    ] == [
+    assert _splits(polled) == [
         ("draft", 900, 900, 0, 0),
         ("verify", 2000, 1300, 500, 200),
     ]
@@ -94,12 +99,62 @@ def test_first_cycle_flushed_before_its_cycle_record(tmp_path: Path) -> None:
     polled = LiveFeed(tmp_path / "raw").poll()
     # THEN the draft's overhead counts from the cycle's start (1000), as the breakdown's does:
     # 300 idle, forward 600
-    assert [
-        (i.phase, i.wall_ns, i.forward_ns, i.allreduce_ns, i.overhead_ns) for i in polled.instances
-    ] == [
+    assert _splits(polled) == [
         ("draft", 900, 600, 0, 300),
         ("verify", 2000, 1300, 500, 200),
     ]
+
+
+def test_sub_phase_flushed_before_its_enclosing_call(tmp_path: Path) -> None:
+    # GIVEN the timer flush cut cycle 0 between verify's allreduce sub-phase (recorded when it
+    # returned) and verify itself: the first batch ends with the sub-phase
+    rows = _cycle_rows(0, 0, 0)
+    _write_raw(tmp_path / "raw", 13, 0, [rows[:2], rows[2:]])
+    # WHEN
+    polled = LiveFeed(tmp_path / "raw").poll()
+    # THEN the sub-phase waited for verify: allreduce 500 of verify's 1800
+    assert _splits(polled) == [
+        ("draft", 900, 900, 0, 0),
+        ("verify", 2000, 1300, 500, 200),
+    ]
+
+
+def _decoded(phase: str, depth: int, start: int, end: int, seq: int) -> dict[str, Any]:
+    return {
+        "kind": "phase", "phase": phase, "depth": depth, "tid": 7, "seq": seq,
+        "start_ns": start, "end_ns": end, "gpu_start_ns": None, "gpu_end_ns": None,
+    }  # fmt: skip
+
+
+def test_nesting_waits_for_the_enclosing_call_and_drops_orphans() -> None:
+    # GIVEN verify [2100, 3900] with an allreduce [3200, 3700] inside, flushed apart
+    sub = _decoded("allreduce", 1, 3200, 3700, 3)
+    verify = _decoded("verify", 0, 2100, 3900, 2)
+    # WHEN / THEN the sub-phase alone waits; with verify it is verify's allreduce
+    assert nested([], [sub], 11) == ({}, [sub])
+    assert nested([sub], [verify], 11) == ({id(verify): [(3200, 3700)]}, [])
+    # a sub-phase whose enclosing call never came (ended before the next top-level call on its
+    # thread started) is dropped; one after the last top-level call still waits
+    orphan = _decoded("allreduce", 1, 500, 800, 1)
+    later = _decoded("allreduce", 1, 4000, 4200, 4)
+    draft = _decoded("draft", 0, 1000, 1900, 5)
+    assert nested([orphan], [draft, later], 11) == ({id(draft): []}, [later])
+
+
+def test_sites_are_read_again_for_a_new_code(tmp_path: Path) -> None:
+    # GIVEN a process whose site table gains code 4 after its first batch
+    d = tmp_path / "pid-6"
+    d.mkdir()
+    (d / "sites.json").write_text(json.dumps({"sites": SITES}))
+    tail = ProcessTail(6, d)
+    batch = pa.RecordBatch.from_pylist([_row(4, 0, 0, 10, 20, 1)], schema=raw_schema())
+    assert [r["phase"] for r in tail.decode(batch)] == ["code4"]
+    score = {"code": 4, "kind": "phase", "phase": "score", "target": "m:score"}
+    (d / "sites.json").write_text(json.dumps({"sites": [*SITES, score]}))
+    # WHEN the next batch uses it
+    rows = tail.decode(batch)
+    # THEN it is named, as merge names it
+    assert [(r["kind"], r["phase"], r["target"]) for r in rows] == [("phase", "score", "m:score")]
 
 
 def test_tail_reads_only_complete_batches_as_they_are_appended(tmp_path: Path) -> None:

@@ -20,19 +20,10 @@ if TYPE_CHECKING:
 
     from tracekit.export.perfetto.rank import RankExport
 
-# The events table's columns the export reads (the rest is never loaded).
-EVENT_COLUMNS = (
-    "cat",
-    "name",
-    "ph",
-    "start_ns",
-    "dur_ns",
-    "pid",
-    "tid",
-    "device",
-    "stream",
-    "correlation",
-)
+# The events table's columns the export reads besides those the analysis reads (cat, name, ph,
+# start_ns, dur_ns, pid, tid, correlation: analyzers/_load.py), which `rank_events` loads with
+# them, once; the rest is never loaded.
+EXPORT_COLUMNS = ("device", "stream")
 # Flow ids: rank r's GPU row i gets ((r + 1) << 40) + i + 1.
 FLOW_SHIFT = 40
 FLOW_TAG = bytes([0xF9, 0x02])  # TrackEvent.flow_ids, field 47, fixed64
@@ -60,7 +51,7 @@ def _split(rx: RankExport, events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataF
     import polars as pl
 
     # `_x`: a complete event (ph X; a missing ph counts as X); `_inst`: an instant (i, I)
-    ev = events.select(EVENT_COLUMNS).with_columns(
+    ev = events.with_columns(
         pl.col("dur_ns").fill_null(0).clip(lower_bound=0),
         (pl.col("ph") == "X").fill_null(True).alias("_x"),
         pl.col("ph").is_in(["i", "I"]).fill_null(False).alias("_inst"),

@@ -22,18 +22,7 @@ if TYPE_CHECKING:
     from tracekit.export.perfetto.rank import RankExport
     from tracekit.export.perfetto.slices import Slices
 
-BREAKDOWN_ARGS = (
-    "wall_ns",
-    "forward_ns",
-    "allreduce_ns",
-    "overhead_ns",
-    "graph_replayed",
-    "graph_kernel_frac",
-    "allreduce_impl",
-    "kernels",
-    "accept_len",
-    "approximate",
-)
+BREAKDOWN_EXTRAS = ("accept_len", "approximate")  # after DESIGN's fields (analyzers/breakdown.py)
 
 
 def cycle_slices(rx: RankExport, proc: int) -> list[Slices]:
@@ -101,6 +90,8 @@ def _cycle_ranges(rx: RankExport) -> pl.DataFrame | None:
 def phase_slices(rx: RankExport, proc: int) -> list[Slices]:
     import polars as pl
 
+    from tracekit.analyzers.breakdown import DESIGN_FIELDS
+
     ra = rx.analysis
     if ra is None or ra.phases.instances.height == 0:
         return []
@@ -111,7 +102,8 @@ def phase_slices(rx: RankExport, proc: int) -> list[Slices]:
     )
     # a run without cycles has phase instances but no breakdown rows: phases only
     bd = ra.breakdown
-    present = [k for k in BREAKDOWN_ARGS if bd is not None and bd.height and k in bd.columns]
+    args = (*DESIGN_FIELDS, *BREAKDOWN_EXTRAS)
+    present = [k for k in args if bd is not None and bd.height and k in bd.columns]
     if bd is not None and present:
         # a breakdown row is a top-level phase instance: the same (rank, inst)
         right = bd.select("rank", "inst", *present)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracekit.export.perfetto.counters import write_counters
-from tracekit.export.perfetto.events import EVENT_COLUMNS, event_slices
+from tracekit.export.perfetto.events import EXPORT_COLUMNS, event_slices
 from tracekit.export.perfetto.inputs import ExportStats, RankWork, RunContext
 from tracekit.export.perfetto.lanes import disjoint_lanes, nested_lanes_and_order, sweep_order
 from tracekit.export.perfetto.packets import track_event_packets
@@ -146,7 +146,7 @@ class RankExport:
         from tracekit.analyzers.model import rank_events
 
         an = self.work.analyser
-        events = rank_events(self.run_dir, self.rank, also=EVENT_COLUMNS)
+        events = rank_events(self.run_dir, self.rank, also=EXPORT_COLUMNS)
         if an is not None:
             self.analysis, self.note = an.analyse(self.run_dir, self.rank, events)
         if self.analysis is None:

@@ -75,7 +75,6 @@ def read_records(pid_dir: Path, table: Any) -> tuple[list[dict[str, Any]], str |
     """The decoded records of one process (its segments' `table`, its `sites.json`), or
     ([], why they cannot be used, naming the file). Rows missing a key value are left out."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     schema = raw_schema()
     try:
@@ -88,8 +87,16 @@ def read_records(pid_dir: Path, table: Any) -> tuple[list[dict[str, Any]], str |
     if sites is None:
         why = why or ("missing" if not data else "not a tracekit site table")
         return [], f"{pid_dir / SITES_FILE}: {why}, so its records cannot be named"
+    return decode(complete(table), sites), None
+
+
+def complete(table: Any) -> Any:
+    """The rows of a record table or batch that have every key value (cycle, depth, start_ns,
+    end_ns, seq); the others cannot be placed and are left out."""
+    import pyarrow.compute as pc
+
     keep = None
     for key in ("cycle", "depth", "start_ns", "end_ns", "seq"):
         valid = pc.is_valid(table.column(key))
         keep = valid if keep is None else pc.and_(keep, valid)
-    return decode(table.filter(keep), sites), None
+    return table.filter(keep)
