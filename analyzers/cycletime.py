@@ -16,21 +16,33 @@ from tracekit.analyzers.phases import RankPhases
 RECORDED_COLUMNS = ["rank", "cycle", "time_ns", "wall_ns", "accept_len", "profiled"]
 
 
+def collector_breakdown(light: RankPhases | None) -> pl.DataFrame | None:
+    """The breakdown rows of a full-mode rank's collector records (light-mode timing, every
+    cycle); None without records."""
+    if light is None or light.tops.height == 0:
+        return None
+    return rank_breakdown(light, light_intervals(light))
+
+
 def recorded_cycles(
-    rp: RankPhases, cycles: pl.DataFrame, light: RankPhases | None = None
+    rp: RankPhases,
+    cycles: pl.DataFrame,
+    light: RankPhases | None = None,
+    light_bd: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every cycle the rank recorded (RECORDED_COLUMNS), from its cycle frame `cycles`.
 
     A full-mode rank's trace (`rp`) covers only the profiled window; its collector records
-    (`light`: analyzers/phases.py `collector_phases`, light-mode timing) cover every cycle,
-    `profiled` marking the window's."""
+    (`light`: analyzers/phases.py `collector_phases`, light-mode timing; `light_bd` their
+    `collector_breakdown` when already built) cover every cycle, `profiled` marking the
+    window's."""
     if rp.approximate or light is None or light.tops.height == 0:
         return cycles.with_columns(pl.lit(not rp.approximate).alias("profiled")).select(
             RECORDED_COLUMNS
         )
-    every = cycle_frame(
-        rank_breakdown(light, light_intervals(light)), light.cycles, outside_cycles(light)
-    )
+    bd = light_bd if light_bd is not None else collector_breakdown(light)
+    assert bd is not None  # light has top-level phases
+    every = cycle_frame(bd, light.cycles, outside_cycles(light))
     window = cycles["cycle"].unique().to_list()
     return every.with_columns(pl.col("cycle").is_in(window).alias("profiled")).select(
         RECORDED_COLUMNS
