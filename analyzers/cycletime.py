@@ -21,7 +21,8 @@ def collector_breakdown(light: RankPhases | None) -> pl.DataFrame | None:
     cycle); None without records."""
     if light is None or light.tops.height == 0:
         return None
-    return rank_breakdown(light, light_intervals(light))
+    bd: pl.DataFrame = rank_breakdown(light, light_intervals(light))
+    return bd
 
 
 def recorded_cycles(

@@ -209,7 +209,9 @@ def _world_check(analyses: list[RunAnalysis], rows: list[pl.DataFrame]) -> int:
 def _windowed(an: RunAnalysis) -> bool:
     """A full-mode run: its breakdown covers a profiled window of its recorded cycles."""
     rec = an.recorded
-    return rec.height > 0 and "profiled" in rec.columns and not bool(rec["profiled"].all())
+    if rec.height == 0 or "profiled" not in rec.columns:
+        return False
+    return bool(rec["profiled"].any()) and not bool(rec["profiled"].all())
 
 
 def diff_of(
@@ -253,7 +255,7 @@ def diff_of(
             lines.append(n[0].upper() + n[1:] + ".")
     names = [f"A{i + 1}" for i in range(len(bases))] if len(bases) > 1 else ["A"]
     for w, st, (_, note) in zip([*names, "B"], steadies, kept, strict=True):
-        lines += [f"{w}: {n}." for n in (st.note, None if like.cycles else note) if n]
+        lines += [f"{w}: {n}." for n in (st.note, note) if n]
     return {
         "a": str(run_a) if len(bases) == 1 else f"{len(bases)} baselines ({run_a}, ...)",
         "b": str(run_b),
