@@ -13,7 +13,15 @@ from tracekit.analyzers.breakdown import rank_breakdown
 from tracekit.analyzers.intervals import light_intervals
 from tracekit.analyzers.phases import RankPhases
 
-RECORDED_COLUMNS = ["rank", "cycle", "time_ns", "wall_ns", "accept_len", "profiled"]
+RECORDED_COLUMNS = [
+    "rank",
+    "cycle",
+    "time_ns",
+    "wall_ns",
+    "accept_len",
+    "profiled",
+    "seq_start",
+]
 
 
 def collector_breakdown(light: RankPhases | None) -> pl.DataFrame | None:
@@ -70,7 +78,8 @@ def cycle_frame(
     (`outside`: start_ns of such instances, as `_os`) or the gap is longer than the rank's
     median cycle span; the cycle time of docs/DEFINITIONS.md. A shorter gap with no such work
     (the decode loop's own bookkeeping between two phases: sampling, stopping checks) is the
-    cycles' time and stays in it."""
+    cycles' time and stays in it. `seq_start`: work of no cycle ran in the gap before the cycle
+    (a new request's prefill), so a new sequence starts with it (the steady state's rule 3)."""
     per = bd.group_by("rank", "cycle").agg(
         pl.col("wall_ns").sum(),
         pl.col("device_end_ns").max(),
@@ -113,4 +122,6 @@ def cycle_frame(
         span.alias("span_ns"),
         # the cycle time of summary, breakeven and the steady state (docs/DEFINITIONS.md)
         (span - gap.clip(lower_bound=0).fill_null(0)).fill_null(0).alias("time_ns"),
+        # a new sequence (request) starts here: work of no cycle (its prefill) ran just before
+        foreign.fill_null(False).alias("seq_start"),
     ).drop("_cpu_end", "_gs", "_os")

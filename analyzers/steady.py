@@ -15,9 +15,10 @@ cycle c's time (`time_ns`), cycles in number order, n of them:
    MIN_EXCESS slower than the ones it keeps (a slow drift, or a run that gets slower, is not a
    warm-up). Profiled cycles of a full-mode run (slowed by torch.profiler, not warming up) are
    left out of the series: they are warm-up only when they come before its last cycle;
-3. sequence boundaries, where the recorded cycles carry them (`seq_start`): a warm-up that ends
-   inside a sequence extends to the end of that sequence (a generate's last cycles are warm-up
-   when its first were), provided that keeps at least half the cycles.
+3. sequence boundaries, the recorded cycles' `seq_start` (work of no cycle, a new request's
+   prefill, ran just before: analyzers/cycletime.py): a warm-up that ends inside a sequence
+   extends to the end of that sequence (a request's last cycles are warm-up when its first
+   were), provided that keeps at least half the cycles.
 
 The warm-up is the longest of 1 and 2 (then 3); the steady state is every cycle after it.
 `--all-cycles` uses every cycle, `--cycles A:B` the cycles A to B - 1 (a Python slice: `64:`

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from tests.unit.analyzers.builders import write_rows
 from tests.unit.analyzers.test_analyzers_steady import light_run
+from tracekit.analyzers.model import analyze
 from tracekit.analyzers.steady import (
     mser_length,
     mser_statistic,
@@ -136,3 +139,50 @@ def test_worked_example_in_the_summary_23(tmp_path: Path) -> None:
         "cycles 0-1 excluded as warm-up: median 17 ms against 10 ms after "
         "(--all-cycles to keep them)"
     )
+
+
+def test_a_new_requests_prefill_starts_a_sequence_23(tmp_path: Path) -> None:
+    # GIVEN a light-mode run of 4 requests, 6 cycles each, a 5 ms prefill (a phase of no
+    # cycle) before each; the first request's cycles are 30 ms, then 10.3 ms (3% slower than
+    # the steady 10 ms, which no statistic can tell from steady)
+    ms = [30.0] * 5 + [10.3] + steady(18)
+    phases, cycles, t = [], [], 0
+    for c, dur in enumerate(ms):
+        if c % 6 == 0:  # the request's prefill
+            end = t + 5 * 1_000_000
+            phases.append(_row(-1, "prefill", t, end, seq=len(phases)))
+            t = end
+        end = t + round(dur * 1_000_000)
+        phases.append(_row(c, "verify", t, end, seq=len(phases)))
+        cycles.append(
+            {"cycle": c, "start_ns": t, "end_ns": end, "accept_len": 2.0, "source": "cycle_target"}
+        )
+        t = end
+    run = tmp_path / "run"
+    write_rows(run, "phases", 0, phases)
+    write_rows(run, "cycles", 0, cycles)
+    # WHEN summarised
+    s = summarize(run)
+    # THEN cycles 6, 12 and 18 start sequences (a prefill ran before them), and the warm-up
+    # (cycles 0-4 by rule 2) extends to the end of its sequence: cycles 0-5; the prefills are
+    # no cycle's time, so tokens/s = 36 tokens / 180.1 ms (18 steady cycles: 3 x 50 ms plus
+    # 10.2 + 9.8 + 10.1)
+    assert s["warmup_cycles"] == [0, 5]
+    assert s["tokens_per_s"] == pytest.approx(36 / 0.1801)
+    rec = analyze(run).recorded
+    assert rec.filter(pl.col("seq_start"))["cycle"].to_list() == [6, 12, 18]
+
+
+def _row(cycle: int, phase: str, start: int, end: int, *, seq: int) -> dict[str, object]:
+    return {
+        "pid": 1,
+        "tid": 1,
+        "ok": True,
+        "cycle": cycle,
+        "phase": phase,
+        "depth": 0,
+        "seq": seq,
+        "start_ns": start,
+        "end_ns": end,
+        "graph_replays": 0,
+    }
