@@ -71,9 +71,9 @@ def render(s: Snapshot) -> Group:
                 f"{p.overhead_pct:.1f}",
                 f"{p.graph_pct:.0f}",
             )
-    ref = s.reference_s if s.change_note else s.baseline_s
+    ref = s.reference_s if s.changes and s.change_note else s.baseline_s
     change = Table(
-        title=f"Change against the first {ref:.0f} s before the last {s.window_s:g} s "
+        title=f"Change against the first {ref:.0f} s, before the last {s.window_s:g} s "
         "(p50, all ranks)",
         caption=s.change_note,
         title_justify="left",
