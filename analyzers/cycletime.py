@@ -13,24 +13,45 @@ from tracekit.analyzers.breakdown import rank_breakdown
 from tracekit.analyzers.intervals import light_intervals
 from tracekit.analyzers.phases import RankPhases
 
-RECORDED_COLUMNS = ["rank", "cycle", "time_ns", "wall_ns", "accept_len", "profiled"]
+RECORDED_COLUMNS = [
+    "rank",
+    "cycle",
+    "time_ns",
+    "wall_ns",
+    "accept_len",
+    "profiled",
+    "seq_start",
+]
+
+
+def collector_breakdown(light: RankPhases | None) -> pl.DataFrame | None:
+    """The breakdown rows of a full-mode rank's collector records (light-mode timing, every
+    cycle); None without records."""
+    if light is None or light.tops.height == 0:
+        return None
+    bd: pl.DataFrame = rank_breakdown(light, light_intervals(light))
+    return bd
 
 
 def recorded_cycles(
-    rp: RankPhases, cycles: pl.DataFrame, light: RankPhases | None = None
+    rp: RankPhases,
+    cycles: pl.DataFrame,
+    light: RankPhases | None = None,
+    light_bd: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every cycle the rank recorded (RECORDED_COLUMNS), from its cycle frame `cycles`.
 
     A full-mode rank's trace (`rp`) covers only the profiled window; its collector records
-    (`light`: analyzers/phases.py `collector_phases`, light-mode timing) cover every cycle,
-    `profiled` marking the window's."""
+    (`light`: analyzers/phases.py `collector_phases`, light-mode timing; `light_bd` their
+    `collector_breakdown` when already built) cover every cycle, `profiled` marking the
+    window's."""
     if rp.approximate or light is None or light.tops.height == 0:
         return cycles.with_columns(pl.lit(not rp.approximate).alias("profiled")).select(
             RECORDED_COLUMNS
         )
-    every = cycle_frame(
-        rank_breakdown(light, light_intervals(light)), light.cycles, outside_cycles(light)
-    )
+    bd = light_bd if light_bd is not None else collector_breakdown(light)
+    assert bd is not None  # light has top-level phases
+    every = cycle_frame(bd, light.cycles, outside_cycles(light))
     window = cycles["cycle"].unique().to_list()
     return every.with_columns(pl.col("cycle").is_in(window).alias("profiled")).select(
         RECORDED_COLUMNS
@@ -57,7 +78,8 @@ def cycle_frame(
     (`outside`: start_ns of such instances, as `_os`) or the gap is longer than the rank's
     median cycle span; the cycle time of docs/DEFINITIONS.md. A shorter gap with no such work
     (the decode loop's own bookkeeping between two phases: sampling, stopping checks) is the
-    cycles' time and stays in it."""
+    cycles' time and stays in it. `seq_start`: work of no cycle ran in the gap before the cycle
+    (a new request's prefill), so a new sequence starts with it (the steady state's rule 3)."""
     per = bd.group_by("rank", "cycle").agg(
         pl.col("wall_ns").sum(),
         pl.col("device_end_ns").max(),
@@ -100,4 +122,6 @@ def cycle_frame(
         span.alias("span_ns"),
         # the cycle time of summary, breakeven and the steady state (docs/DEFINITIONS.md)
         (span - gap.clip(lower_bound=0).fill_null(0)).fill_null(0).alias("time_ns"),
+        # a new sequence (request) starts here: work of no cycle (its prefill) ran just before
+        foreign.fill_null(False).alias("seq_start"),
     ).drop("_cpu_end", "_gs", "_os")

@@ -1,36 +1,38 @@
-"""What changed between two runs, biggest significant change first.
+"""What changed between runs, biggest significant change first.
 
-Per phase: the median wall time of its instances (all ranks, each run's steady-state cycles:
-analyzers/steady.py) in run A and run B, the
-change, a bootstrap 95% interval of the change (resampling each run's instances with
-replacement, fixed seed, so the same two runs always give the same interval), a significance
-flag (the interval excludes 0), the change of the forward / allreduce / overhead medians, the
-share of instances that replayed a graph and the allreduce implementations. Then the manifest:
-environment per rank, packages and commits, versions, GPU clock and power medians.
+`tracekit diff BASELINE... RUN`: one or more baseline runs, then the run under test. Per phase:
+the median wall time of its instances (all ranks, each run's steady-state cycles:
+analyzers/steady.py; in full mode the like cycles of analyzers/diffstats.py) in the baseline(s)
+and in the run, the change and a 95% interval of it: with several baselines from the
+run-to-run spread of their medians (`noise: "runs"`, analyzers/diffstats.py), with one a
+bootstrap resampling each run's instances (`noise: "within-run"`; fixed seed, so the same runs
+always give the same interval), a significance flag (the interval excludes 0), the change of
+the forward / allreduce / overhead medians, the share of instances that replayed a graph and
+the allreduce implementations. Then the manifest against the first baseline: environment per
+rank, packages and commits, versions, GPU clock and power medians, the launched command.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tracekit.analyzers.diffmanifest import command_change, manifest_changes, read_manifest
+from tracekit.analyzers.diffstats import RunsInterval, like_cycles
 from tracekit.analyzers.headline import headline
 from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.rules import RuleTable, load_rules
-from tracekit.analyzers.steady import CycleChoice, decide
+from tracekit.analyzers.steady import CycleChoice, Steady, decide
 from tracekit.errors import InputError
-from tracekit.store.reader import has_table, scan_table
 
 NS_PER_MS = 1_000_000
 RESAMPLES = 1000
 SEED = 20261129
-MANIFEST_SECTIONS = ("env", "packages", "versions", "gpu")
 MIN_INSTANCES = 3  # fewer instances in either run: never flagged significant
-GPU_REL_TOLERANCE = 0.01  # GPU medians closer than 1% are not reported as changed
 
 
 def _median_ms(values: pl.Series) -> float | None:
@@ -65,44 +67,107 @@ def _impl_counts(rows: pl.DataFrame) -> dict[str, int]:
     return dict(sorted(counts.iter_rows()))
 
 
+def _phase_rows(frames: list[pl.DataFrame], phase: str) -> list[pl.DataFrame]:
+    return [f.filter(pl.col("phase") == phase) for f in frames]
+
+
+def _mean_of_medians(rows: list[pl.DataFrame], col: str) -> float | None:
+    """The mean over runs of each run's median of `col` (one run: its median), ms."""
+    meds = [m for r in rows if (m := _median_ms(r[col])) is not None]
+    return statistics.fmean(meds) if meds else None
+
+
 def phase_changes(
-    a: pl.DataFrame, b: pl.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED
+    a: pl.DataFrame | Sequence[pl.DataFrame],
+    b: pl.DataFrame,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    shares: tuple[Sequence[pl.DataFrame], pl.DataFrame] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """DESIGN's diff `phases` map from two breakdowns, biggest significant change first."""
+    """DESIGN's diff `phases` map from the baselines' breakdowns (one frame, or one a run) and
+    the run's, biggest significant change first. `shares`: the baselines' and the run's rows
+    the forward / allreduce / overhead, graph and allreduce figures come from, when not the
+    same rows as the wall times (full mode: the profiled window's; the times from every
+    cycle's collector records, columns rank, cycle, phase, wall_ns)."""
+    bases = [a] if isinstance(a, pl.DataFrame) else list(a)
+    sh_bases, sh_b = (list(shares[0]), shares[1]) if shares else (bases, b)
+    pooled, sh_pooled = _pool(bases), _pool(sh_bases)
     out: list[tuple[str, dict[str, Any]]] = []
-    for phase in sorted(set(a["phase"].to_list()) | set(b["phase"].to_list())):
-        ra, rb = a.filter(pl.col("phase") == phase), b.filter(pl.col("phase") == phase)
+    for phase in sorted(set(pooled["phase"].to_list()) | set(b["phase"].to_list())):
+        runs = [r for r in _phase_rows(bases, phase) if r.height]
+        ra, rb = pooled.filter(pl.col("phase") == phase), b.filter(pl.col("phase") == phase)
         entry: dict[str, Any] = {
-            "a_ms_p50": _median_ms(ra["wall_ns"]),
+            "a_ms_p50": _mean_of_medians(runs, "wall_ns"),
             "b_ms_p50": _median_ms(rb["wall_ns"]),
             "delta_ms": None,
             "ci95_ms": None,
             "significant": False,
+            "noise": "runs" if len(bases) > 1 else "within-run",
+            "a_runs_ms_p50": [_median_ms(r["wall_ns"]) for r in runs],
             "a_count": ra.height,
             "b_count": rb.height,
         }
-        for part in ("forward", "allreduce", "overhead"):
-            ma, mb = _median_ms(ra[f"{part}_ns"]), _median_ms(rb[f"{part}_ns"])
-            entry[f"{part}_delta_ms"] = None if ma is None or mb is None else mb - ma
         if ra.height and rb.height:
-            entry["delta_ms"] = entry["b_ms_p50"] - entry["a_ms_p50"]
-            lo, hi = bootstrap_ci(
-                ra["wall_ns"].cast(pl.Float64),
-                rb["wall_ns"].cast(pl.Float64),
-                resamples=resamples,
-                seed=seed,
-            )
-            entry["ci95_ms"] = [lo / NS_PER_MS, hi / NS_PER_MS]
-            enough = min(ra.height, rb.height) >= MIN_INSTANCES
-            entry["significant"] = enough and (lo > 0 or hi < 0)
-        entry["graph_replayed_frac"] = {
-            "a": _frac(ra["graph_replayed"]),
-            "b": _frac(rb["graph_replayed"]),
-        }
-        entry["allreduce_impl"] = {"a": _impl_counts(ra), "b": _impl_counts(rb)}
+            entry.update(_interval(runs, ra, rb, multi=len(bases) > 1, r=resamples, seed=seed))
+        entry.update(_shares(phase, sh_bases, sh_pooled, sh_b))
         out.append((phase, entry))
     out.sort(key=lambda kv: (not kv[1]["significant"], -abs(kv[1]["delta_ms"] or 0.0), kv[0]))
     return dict(out)
+
+
+def _pool(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
+
+
+def _shares(
+    phase: str, bases: list[pl.DataFrame], pooled: pl.DataFrame, b: pl.DataFrame
+) -> dict[str, Any]:
+    """The component deltas, graph-replay shares and allreduce implementations of a phase."""
+    runs = [r for r in _phase_rows(bases, phase) if r.height]
+    ra, rb = pooled.filter(pl.col("phase") == phase), b.filter(pl.col("phase") == phase)
+    out: dict[str, Any] = {}
+    for part in ("forward", "allreduce", "overhead"):
+        ma, mb = _mean_of_medians(runs, f"{part}_ns"), _median_ms(rb[f"{part}_ns"])
+        out[f"{part}_delta_ms"] = None if ma is None or mb is None else mb - ma
+    out["graph_replayed_frac"] = {
+        "a": _frac(ra["graph_replayed"]),
+        "b": _frac(rb["graph_replayed"]),
+    }
+    out["allreduce_impl"] = {"a": _impl_counts(ra), "b": _impl_counts(rb)}
+    return out
+
+
+def _interval(
+    runs: list[pl.DataFrame],
+    ra: pl.DataFrame,
+    rb: pl.DataFrame,
+    *,
+    multi: bool,
+    r: int,
+    seed: int,
+) -> dict[str, Any]:
+    """`delta_ms`, `ci95_ms`, `significant` (and `noise`) of one phase present in both."""
+    lo, hi = bootstrap_ci(
+        ra["wall_ns"].cast(pl.Float64), rb["wall_ns"].cast(pl.Float64), resamples=r, seed=seed
+    )
+    lo, hi = lo / NS_PER_MS, hi / NS_PER_MS
+    a_ms = _mean_of_medians(runs, "wall_ns") or 0.0  # both have rows: never None here
+    b_ms = _median_ms(rb["wall_ns"]) or 0.0
+    out: dict[str, Any] = {"delta_ms": b_ms - a_ms}
+    if multi and len(runs) >= 2:
+        iv = RunsInterval(
+            tuple(float(_median_ms(x["wall_ns"]) or 0.0) for x in runs), b_ms, (hi - lo) / 2
+        )
+        lo, hi = iv.ci95()
+        enough = rb.height >= MIN_INSTANCES
+    else:
+        if multi:  # several baselines, but only one of them ran the phase
+            out["noise"] = "within-run"
+        enough = min(ra.height, rb.height) >= MIN_INSTANCES
+    out["ci95_ms"] = [lo, hi]
+    out["significant"] = enough and (lo > 0 or hi < 0)
+    return out
 
 
 def _frac(s: pl.Series) -> float | None:
@@ -110,179 +175,140 @@ def _frac(s: pl.Series) -> float | None:
     return None if m is None else float(m)  # type: ignore[arg-type]
 
 
-# ---- manifest ---------------------------------------------------------------------------------
-
-
-# section -> rank -> key -> value
-Manifest = dict[str, dict[int, dict[str, str]]]
-
-
-def _manifest(run_dir: Path) -> Manifest:
-    """section -> rank -> key -> value (sections of interest only; GPU medians from the
-    counters table when the manifest has none)."""
-    out: dict[str, dict[int, dict[str, str]]] = {s: {} for s in MANIFEST_SECTIONS}
-    if has_table(run_dir, "manifests"):
-        rows = (
-            scan_table(run_dir, "manifests")
-            .filter(pl.col("section").is_in(MANIFEST_SECTIONS))
-            .select("rank", "section", "key", "value")
-            .collect()
-        )
-        for rank, section, key, value in rows.iter_rows():
-            out[section].setdefault(rank, {})[key] = value
-    if not out["gpu"] and has_table(run_dir, "counters"):
-        med = (
-            scan_table(run_dir, "counters")
-            .group_by("rank", pl.col("metric").cast(pl.String))
-            .agg(pl.col("value").median())
-            .collect()
-        )
-        for rank, metric, value in med.iter_rows():
-            out["gpu"].setdefault(rank, {})[f"{metric}_p50"] = f"{value:g}"
-    return out
-
-
-# Environment variables that differ between any two runs by construction: tracekit's own
-# per-run settings and the rendezvous port torch.distributed picks at random.
-RUN_SPECIFIC_ENV = ("TRACEKIT_", "MASTER_PORT")
-
-
-def _differs(section: str, va: str | None, vb: str | None) -> bool:
-    if va == vb:
-        return False
-    if section == "gpu" and va is not None and vb is not None:
-        try:
-            fa, fb = float(va), float(vb)
-        except ValueError:
-            return True
-        return abs(fb - fa) > GPU_REL_TOLERANCE * max(abs(fa), abs(fb))
-    return True
-
-
-def manifest_changes(
-    run_a: Path, run_b: Path, read: tuple[Manifest, Manifest] | None = None
-) -> dict[str, list[dict[str, Any]]]:
-    """Per section, entries `name, a, b` (and `ranks` when only some ranks differ), compared
-    rank by rank over the ranks both runs have."""
-    ma, mb = read or (_manifest(run_a), _manifest(run_b))
-    out: dict[str, list[dict[str, Any]]] = {}
-    for section in MANIFEST_SECTIONS:
-        sa, sb = ma[section], mb[section]
-        common = sorted(set(sa) & set(sb))
-        keys = sorted({k for r in common for k in (*sa[r], *sb[r])})
-        entries = []
-        for key in keys:
-            if section == "env" and key.startswith(RUN_SPECIFIC_ENV):
-                continue
-            ranks = [r for r in common if _differs(section, sa[r].get(key), sb[r].get(key))]
-            if not ranks:
-                continue
-            entry: dict[str, Any] = {
-                "name": key,
-                "a": sa[ranks[0]].get(key),
-                "b": sb[ranks[0]].get(key),
-            }
-            if len(ranks) < len(common):
-                entry["ranks"] = ranks
-            entries.append(entry)
-        out[section] = entries
-    return out
-
-
-def _run_command(run_dir: Path, manifest: Manifest) -> tuple[list[str], str] | None:
-    """The launched command (run.json) and the run directory it was launched into."""
-    path = Path(run_dir) / "run.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    cmd = data.get("command") if isinstance(data, dict) else None
-    if not isinstance(cmd, list) or not all(isinstance(t, str) for t in cmd):
-        return None
-    launched_into = next(
-        (env["TRACEKIT_RUN_DIR"] for env in manifest["env"].values() if "TRACEKIT_RUN_DIR" in env),
-        str(run_dir),
-    )
-    return cmd, launched_into
-
-
-def command_change(
-    run_a: Path, run_b: Path, read: tuple[Manifest, Manifest] | None = None
-) -> dict[str, list[str]] | None:
-    """Arguments of the launched command that differ (`a`, `b`), paths inside each run's own
-    directory written as `<run>`; None when equal or unknown (ingested runs)."""
-    ma, mb = read or (_manifest(run_a), _manifest(run_b))
-    ca, cb = _run_command(run_a, ma), _run_command(run_b, mb)
-    if ca is None or cb is None:
-        return None
-    norm_a = [t.replace(ca[1], "<run>") for t in ca[0]]
-    norm_b = [t.replace(cb[1], "<run>") for t in cb[0]]
-    if norm_a == norm_b:
-        return None
-    out: dict[str, list[str]] = {"a": [], "b": []}
-    matcher = difflib.SequenceMatcher(a=norm_a, b=norm_b, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            # a changed value keeps its option's name (`--verify-mode extend`, not `extend`)
-            flag = norm_a[i1 - 1 : i1] if i1 and norm_a[i1 - 1].startswith("-") else []
-            out["a"] += flag + norm_a[i1:i2]
-            out["b"] += flag + norm_b[j1:j2]
-    return out
-
-
 def diff_runs(
-    run_a: Path,
-    run_b: Path,
-    *,
+    *runs: Path,
     rules: Path | RuleTable | None = None,
     impl_table: Path | None = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
     choice: CycleChoice | None = None,
 ) -> dict[str, Any]:
-    """`diff_of` the runs in two run directories, analysed with the same rules."""
+    """`diff_of` the runs in run directories (baselines, then the run under test), analysed
+    with the same rules."""
+    if len(runs) < 2:
+        msg = "tracekit diff needs at least two run directories: BASELINE... RUN"
+        raise InputError(msg)
     table = rules if isinstance(rules, RuleTable) else load_rules(rules)
-    an_a = analyze(run_a, rules=table, impl_table=impl_table)
-    an_b = analyze(run_b, rules=table, impl_table=impl_table)
-    return diff_of(an_a, an_b, resamples=resamples, seed=seed, choice=choice)
+    analyses = [analyze(r, rules=table, impl_table=impl_table) for r in runs]
+    return diff_of(analyses[:-1], analyses[-1], resamples=resamples, seed=seed, choice=choice)
+
+
+def _world_check(analyses: list[RunAnalysis], rows: list[pl.DataFrame]) -> int:
+    worlds = [r["rank"].n_unique() for r in rows]
+    for an, w in zip(analyses[:-1], worlds[:-1], strict=True):
+        if w != worlds[-1]:
+            msg = (
+                f"{analyses[-1].run_dir} has {worlds[-1]} rank(s) and {an.run_dir} has {w}: diff "
+                "compares runs of one world size; compare runs of the same tensor-parallel "
+                "size, or look at each with `tracekit summary`"
+            )
+            raise InputError(msg)
+    return worlds[-1]
+
+
+def _windowed(an: RunAnalysis) -> bool:
+    """A full-mode run: its breakdown covers a profiled window of its recorded cycles."""
+    rec = an.recorded
+    if rec.height == 0 or "profiled" not in rec.columns:
+        return False
+    return bool(rec["profiled"].any()) and not bool(rec["profiled"].all())
 
 
 def diff_of(
-    an_a: RunAnalysis,
+    an_a: RunAnalysis | Sequence[RunAnalysis],
     an_b: RunAnalysis,
     *,
     resamples: int = RESAMPLES,
     seed: int = SEED,
     choice: CycleChoice | None = None,
 ) -> dict[str, Any]:
-    """DESIGN's diff fields (`phases`, `manifest`) plus `headline` (list of sentences) and
-    `steady` (each run's steady state): the phases compare each run's steady-state cycles."""
-    run_a, run_b = an_a.run_dir, an_b.run_dir
-    st_a, st_b = decide(an_a.recorded, choice), decide(an_b.recorded, choice)
-    (a, note_a), (b, note_b) = st_a.keep_shares(an_a.breakdown), st_b.keep_shares(an_b.breakdown)
-    world_a, world_b = a["rank"].n_unique(), b["rank"].n_unique()
-    if world_a != world_b:
-        msg = (
-            f"{run_b} has {world_b} rank(s) and {run_a} has {world_a}: diff compares runs of one "
-            "world size; compare runs of the same tensor-parallel size, or look at each with "
-            "`tracekit summary`"
-        )
-        raise InputError(msg)
-    phases = phase_changes(a, b, resamples=resamples, seed=seed)
-    read = (_manifest(Path(run_a)), _manifest(Path(run_b)))  # each run's manifests, read once
-    manifest = manifest_changes(Path(run_a), Path(run_b), read)
+    """DESIGN's diff fields (`phases`, `manifest`) plus `headline` (list of sentences),
+    `steady` (each run's steady state), `baselines` and `like_cycles`: the phases compare each
+    run's steady-state cycles (full mode: the like cycles), the baselines' run-to-run spread
+    giving the interval when there are several."""
+    bases = [an_a] if isinstance(an_a, RunAnalysis) else list(an_a)
+    analyses = [*bases, an_b]
+    steadies = [decide(an.recorded, choice) for an in analyses]
+    kept = [st.keep_shares(an.breakdown) for st, an in zip(steadies, analyses, strict=True)]
+    rows = [r for r, _ in kept]
+    world = _world_check(analyses, rows)
+    windowed = any(map(_windowed, analyses))
+    like = like_cycles(rows, [an.breakdown for an in analyses], windowed)
+    if like.cycles is not None:
+        keep = list(like.cycles)  # like cycles may lie outside a run's steady state
+        rows = [an.breakdown.filter(pl.col("cycle").is_in(keep)) for an in analyses]
+    timed, timed_note = _timed_rows(analyses, steadies) if windowed else (None, None)
+    if timed is not None:
+        shares = (rows[:-1], rows[-1])
+        phases = phase_changes(timed[:-1], timed[-1], resamples=resamples, seed=seed, shares=shares)
+    else:
+        phases = phase_changes(rows[:-1], rows[-1], resamples=resamples, seed=seed)
+    run_a, run_b = Path(bases[0].run_dir), Path(an_b.run_dir)
+    read = (read_manifest(run_a), read_manifest(run_b))  # each run's manifests, read once
+    manifest = manifest_changes(run_a, run_b, read)
     env_known = bool(read[0]["env"]) and bool(read[1]["env"])
-    command = command_change(Path(run_a), Path(run_b), read)
-    lines = headline(phases, manifest, env_known=env_known, command=command)
-    lines += [f"{w}: {st.note}." for w, st in (("A", st_a), ("B", st_b)) if st.note]
-    lines += [f"{w}: {n}." for w, n in (("A", note_a), ("B", note_b)) if n]
+    command = command_change(run_a, run_b, read)
+    noise = _noise_line(len(bases))
+    lines = headline(phases, manifest, env_known=env_known, command=command, noise=noise)
+    for n in (timed_note, like.note):
+        if n:
+            lines.append(n[0].upper() + n[1:] + ".")
+    names = [f"A{i + 1}" for i in range(len(bases))] if len(bases) > 1 else ["A"]
+    for w, st, (_, note) in zip([*names, "B"], steadies, kept, strict=True):
+        lines += [f"{w}: {n}." for n in (st.note, note) if n]
     return {
-        "a": str(run_a),
+        "a": str(run_a) if len(bases) == 1 else f"{len(bases)} baselines ({run_a}, ...)",
         "b": str(run_b),
-        "ranks": world_a,
+        "baselines": [str(x.run_dir) for x in bases],
+        "ranks": world,
+        "noise": "runs" if len(bases) > 1 else "within-run",
+        "like_cycles": None if like.cycles is None else list(like.cycles),
+        "timed_cycles": None if timed is None else _count_cycles(timed),
         "headline": lines,
-        "steady": {"a": st_a.to_json(), "b": st_b.to_json()},
+        "steady": {
+            "a": steadies[0].to_json(),
+            "b": steadies[-1].to_json(),
+            **({"baselines": [s.to_json() for s in steadies[:-1]]} if len(bases) > 1 else {}),
+        },
         "phases": phases,
         "manifest": manifest,
         "command": command,
     }
+
+
+def _timed_rows(
+    analyses: list[RunAnalysis], steadies: list[Steady]
+) -> tuple[list[pl.DataFrame] | None, str | None]:
+    """Full mode: every run's phase times (`timed`, the collector's records) in the cycles
+    steady in every run, and a sentence saying how many; (None, None) when none is."""
+    common = sorted(set.intersection(*[set(st.kept) for st in steadies]))
+    if not common:
+        return None, None
+    rows = [
+        an.timed.filter(pl.col("cycle").is_in(common) & (pl.col("cycle") >= 0)) for an in analyses
+    ]
+    if any(r.height == 0 for r in rows):
+        return None, None
+    span = str(common[0]) if len(common) == 1 else f"{common[0]}-{common[-1]}"
+    note = (
+        f"full mode: phase times compared over the {len(common)} cycle(s) steady in every run "
+        f"(cycles {span}, the collector's timing)"
+    )
+    return rows, note
+
+
+def _count_cycles(rows: list[pl.DataFrame]) -> int:
+    return int(rows[-1]["cycle"].n_unique())
+
+
+def _noise_line(k: int) -> str:
+    if k > 1:
+        return (
+            f"Noise from {k} baseline runs: each interval is the run-to-run spread of the "
+            "baselines' medians (a 95% prediction interval for one more run)."
+        )
+    return (
+        "Run-to-run noise is unknown (one baseline): intervals cover only the sampling of "
+        "instances within each run, and two runs of one command can differ by more; give "
+        "several baselines (`tracekit diff BASE1 BASE2 BASE3 RUN`) for a gate that knows it."
+    )

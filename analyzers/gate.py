@@ -1,12 +1,15 @@
-"""The regression gate of `tracekit diff BASELINE RUN --fail-on-regression PCT` (CI, cron).
+"""The regression gate of `tracekit diff BASELINE... RUN --fail-on-regression PCT` (CI, cron).
 
 A phase **regressed** when its steady-state median got slower by more than PCT percent of the
-baseline's median (`b_ms_p50 / a_ms_p50 - 1 > PCT/100`) and the change is significant the slow
-way: `significant` (docs/DEFINITIONS.md "Diff": the bootstrap 95% interval excludes 0 and each
-run has at least 3 instances) with the interval above 0. A faster phase, a change within PCT,
-or one the interval does not tell from noise never fails the gate. Input: the `phases` map of
-`tracekit diff --json` (`a_ms_p50`, `b_ms_p50`, `ci95_ms`, `significant`, `a_count`,
-`b_count`); pure, no I/O.
+baseline's median (`b_ms_p50 / a_ms_p50 - 1 > PCT/100`; with several baselines their mean
+median) and by more than the noise: `significant` with the 95% interval above 0
+(docs/DEFINITIONS.md "Diff": with several baselines the interval is the run-to-run spread of
+their medians, `noise: "runs"`; with one, the bootstrap over each run's instances,
+`noise: "within-run"`, which knows nothing of how two runs of one command differ, and the line
+says so). A faster phase, a change within PCT, or one the interval does not tell from noise
+never fails the gate. Input: the `phases` map of `tracekit diff --json` (`a_ms_p50`,
+`b_ms_p50`, `ci95_ms`, `significant`, `noise`, `a_count`, `b_count`, `a_runs_ms_p50`); pure,
+no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class Regression:
     ci95_ms: tuple[float, float]
     a_count: int | None
     b_count: int | None
+    noise: str = "within-run"
+    baselines: int = 1
 
     def line(self) -> str:
         """One line: the phase and the evidence."""
@@ -36,6 +41,10 @@ class Regression:
         else:
             n = f", {self.a_count:,} and {self.b_count:,} instances"
         lo, hi = self.ci95_ms
+        if self.noise == "runs":
+            n = f", run-to-run noise of {self.baselines} baselines"
+        else:
+            n += "; run-to-run noise unknown (one baseline)"
         return (
             f"{self.phase} regressed {self.pct:.1f}% ({_ms(self.a_ms)} -> {_ms(self.b_ms)} ms "
             f"median, 95% CI {lo:+.{_dp(lo, hi)}f} to {hi:+.{_dp(lo, hi)}f} ms{n})"
@@ -62,6 +71,10 @@ def regressions(phases: dict[str, dict[str, Any]], threshold_pct: float) -> list
         lo, hi = float(ci[0]), float(ci[1])
         pct = 100.0 * (b / a - 1.0)
         if lo > 0 and pct > threshold_pct:
-            out.append(Regression(phase, pct, a, b, (lo, hi), p.get("a_count"), p.get("b_count")))
+            noise = str(p.get("noise") or "within-run")
+            k = len(p.get("a_runs_ms_p50") or [None])
+            out.append(
+                Regression(phase, pct, a, b, (lo, hi), p.get("a_count"), p.get("b_count"), noise, k)
+            )
     out.sort(key=lambda r: (-r.pct, r.phase))
     return out

@@ -20,9 +20,11 @@ def headline(
     *,
     env_known: bool,
     command: dict[str, list[str]] | None = None,
+    noise: str | None = None,
 ) -> list[str]:
-    """A few plain sentences, most important first."""
-    lines = _significant_lines(phases) + _overall_lines(phases)
+    """A few plain sentences, most important first (`noise`, what the intervals cover, right
+    after the phases')."""
+    lines = _significant_lines(phases) + _overall_lines(phases) + ([noise] if noise else [])
     if command is not None:
         lines.append(
             f"The server command changed: `{' '.join(command['a']) or '(nothing)'}` in A, "

@@ -25,11 +25,20 @@ from tracekit.analyzers._load import EVENT_COLUMNS, read_events, read_rank, run_
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
 from tracekit.analyzers.breakdown import rank_breakdown
 from tracekit.analyzers.cyclerule import no_cycle_message
-from tracekit.analyzers.cycletime import cycle_frame, outside_cycles, recorded_cycles
+from tracekit.analyzers.cycletime import (
+    collector_breakdown,
+    cycle_frame,
+    outside_cycles,
+    recorded_cycles,
+)
 from tracekit.analyzers.intervals import collective_rows, rank_intervals
 from tracekit.analyzers.phases import RankPhases, collector_phases, no_phases, rank_phases
 from tracekit.analyzers.rules import RuleTable, load_rules
 from tracekit.errors import NoCyclesError
+
+# `timed`: each top-level phase instance's wall time in every recorded cycle (a full-mode run's
+# from its collector records, light-mode timing; else the breakdown's)
+TIMED_COLUMNS = ["rank", "cycle", "phase", "wall_ns"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class RankAnalysis:
     recorded: pl.DataFrame | None = None
     collectives: pl.DataFrame | None = None
     unknown: tuple[str, ...] = ()
+    timed: pl.DataFrame | None = None
 
     @property
     def has_cycles(self) -> bool:
@@ -70,7 +80,10 @@ class RunAnalysis:
     `cycles` are the cycles the breakdown covers (in full mode: the profiled window);
     `recorded` is every cycle the run recorded (in full mode from the collector's own records,
     `profiled` marking the window), which cycle counts, times, acceptance and the steady state
-    come from. `instances` counts phase instances per name (sub-phases included).
+    come from; `timed` the wall time of every top-level phase instance of those (TIMED_COLUMNS;
+    a full-mode run's from its collector records, so diff compares phases over every steady
+    cycle, not only the profiled window). `instances` counts phase instances per name
+    (sub-phases included).
     `unknown_comm`: communication-looking names no implementation entry matched.
     """
 
@@ -82,6 +95,7 @@ class RunAnalysis:
     collectives: pl.DataFrame  # rank, cycle, phase, k (order in the instance), dur_ns
     recorded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame())
     instances: dict[str, int] = field(default_factory=dict)
+    timed: pl.DataFrame = field(default_factory=lambda: pl.DataFrame())
 
     def rank(self, rank: int) -> RankAnalysis | None:
         """The analysis of one rank, None when the run has no such rank with phases."""
@@ -116,10 +130,12 @@ def analyze_rank(
     unknown = ivals.filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String)
     bd = rank_breakdown(rp, (ivals, extras))
     cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
-    rec = None
+    rec, timed = None, None
     if recorded:
         light = None if rp.approximate else collector_phases(inputs)  # every cycle of a full run
-        rec = recorded_cycles(rp, cyc, light)
+        light_bd = collector_breakdown(light)
+        rec = recorded_cycles(rp, cyc, light, light_bd)
+        timed = (bd if light_bd is None else light_bd).select(TIMED_COLUMNS)
     return RankAnalysis(
         rank,
         rp,
@@ -129,6 +145,7 @@ def analyze_rank(
         breakdown=bd,
         cycles=cyc,
         recorded=rec,
+        timed=timed,
         collectives=collective_rows(rp, ivals),
         unknown=tuple(sorted(unknown.to_list())),
     )
@@ -170,6 +187,7 @@ def combine(run_dir: Path, results: list[RankAnalysis | None]) -> RunAnalysis:
         collectives=_cat([r.collectives for r in done]),
         recorded=_cat([r.recorded for r in done]).sort("rank", "cycle"),
         instances=dict(sorted(counts.items())),
+        timed=_cat([r.timed for r in done]),
     )
 
 

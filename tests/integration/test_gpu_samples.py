@@ -141,9 +141,10 @@ def test_ranks_and_cycles_match_the_server(merged: dict[str, Path], mode: str) -
     for path in (*PATHS, "gloo2_extend"):
         run = merged[f"{mode}/{path}"]
         demo = _demo(run)
-        s = json.loads(_tk("summary", str(run), "--json"))
+        s = json.loads(_tk("summary", str(run), "--json", "--all-cycles"))
         assert s["ranks"] == demo["ranks"]
-        # every cycle the server ran, in both modes (issue 13: full mode counted the window)
+        # every cycle the server ran, in both modes (issue 13: full mode counted the window);
+        # over all of them (light gloo2_extend's steady state leaves out its 141 ms cycle 0)
         assert s["cycles"] == demo["cycles"]
         assert s["accept_len_mean"] == pytest.approx(demo["accept_len_mean"])
         if mode == "full":  # the device-timeline shares come from the profiled window

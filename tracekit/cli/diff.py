@@ -1,4 +1,5 @@
-"""`tracekit diff RUN_A RUN_B`: what changed between two runs, biggest significant change first."""
+"""`tracekit diff BASELINE... RUN`: what changed against one or more baseline runs, biggest
+significant change first."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def render(result: dict[str, Any]) -> None:
         "B",
         "delta",
         "95% CI",
+        "noise",
         "sig",
         "fwd",
         "allred",
@@ -43,7 +45,7 @@ def render(result: dict[str, Any]) -> None:
     table = new_table(
         f"Phases: A = {result['a']}, B = {result['b']} (median ms)",
         columns,
-        text={"phase", "allreduce A -> B"},
+        text={"phase", "noise", "allreduce A -> B"},
     )
     for name, p in result["phases"].items():
         ci = p["ci95_ms"]
@@ -53,6 +55,7 @@ def render(result: dict[str, Any]) -> None:
             fmt(p["b_ms_p50"]),
             "-" if p["delta_ms"] is None else f"{p['delta_ms']:+.3f}",
             "-" if ci is None else f"{ci[0]:+.3f}..{ci[1]:+.3f}",
+            p["noise"],
             "yes" if p["significant"] else "no",
             *[
                 "-" if p[f"{k}_delta_ms"] is None else f"{p[f'{k}_delta_ms']:+.3f}"
@@ -73,8 +76,7 @@ def render(result: dict[str, Any]) -> None:
 
 
 @click.command(name="diff")
-@run_dir_argument("run_a")
-@run_dir_argument("run_b")
+@run_dir_argument("runs", many=True)
 @json_option
 @rules_option
 @cycles_option
@@ -84,34 +86,43 @@ def render(result: dict[str, Any]) -> None:
     type=click.FloatRange(min=0),
     default=None,
     metavar="PCT",
-    help="Exit 3 when a phase's steady-state median is significantly slower in RUN_B by more "
-    "than PCT percent (one line a phase on stderr): a CI or cron gate.",
+    help="Exit 3 when a phase's steady-state median is slower in RUN by more than PCT percent "
+    "and by more than the noise (one line a phase on stderr): a CI or cron gate. Give "
+    "several baselines so that the noise is the run-to-run spread.",
 )
 def command(
-    run_a: Path,
-    run_b: Path,
+    runs: tuple[Path, ...],
     as_json: bool,
     rules: Path | None,
     impl_table: Path | None,
     choice: CycleChoice,
     fail_pct: float | None,
 ) -> None:
-    """What changed between two runs, biggest significant change first.
+    """What changed between one or more baseline runs and RUN (the last), biggest significant
+    change first.
 
     Each run's steady-state cycles are compared (warm-up left out, see docs/DEFINITIONS.md;
-    --all-cycles / --cycles A:B apply to both runs). Per phase the median change with a bootstrap 95% interval (fixed seed), split into
-    forward / allreduce / overhead, graph replay and allreduce implementation; then the
-    manifest: environment per rank, packages and commits, versions, GPU clocks and power.
+    --all-cycles / --cycles A:B apply to every run; full-mode runs compare the profiled
+    cycles they all have). Per phase the median change with a 95% interval: from the
+    run-to-run spread of the baselines' medians when there are several, else a bootstrap over
+    the instances of each run (run-to-run noise unknown); split into forward / allreduce /
+    overhead, graph replay and allreduce implementation; then the manifest against the first
+    baseline: environment per rank, packages and commits, versions, GPU clocks and power.
 
     \b
     Example:
         tracekit diff runs/good runs/slow
         tracekit diff runs/good runs/slow --json
-        tracekit diff runs/baseline runs/nightly --fail-on-regression 5
+        tracekit diff runs/base1 runs/base2 runs/base3 runs/nightly --fail-on-regression 5
     """
     from tracekit.analyzers.diff import diff_runs
 
-    result = diff_runs(run_a, run_b, rules=rules, impl_table=impl_table, choice=choice)
+    if len(runs) < 2:
+        from tracekit.errors import InputError
+
+        msg = "tracekit diff needs at least two run directories: BASELINE... RUN"
+        raise InputError(msg)
+    result = diff_runs(*runs, rules=rules, impl_table=impl_table, choice=choice)
     found = None
     if fail_pct is not None:
         from tracekit.analyzers.gate import regressions
@@ -122,6 +133,8 @@ def command(
         for w in ("a", "b"):
             note = result["steady"][w]["steady_note"]
             echo_note(None if note is None else f"{w.upper()}: {note}")
+        if result["noise"] == "within-run":
+            echo_note("run-to-run noise is unknown (one baseline)")
         echo_json(result)
     else:
         render(result)

@@ -233,7 +233,7 @@ def _print_summary(p: dict[str, Any], opts: DemoOptions) -> None:
         f"{p['dtype']}{graphs}); model {m['size']}: {m['num_layers']} layers, hidden "
         f"{m['hidden_size']}, vocab {m['vocab_size']}; {what}",
         f"  cycles {p['cycles']}  tokens {p['tokens']}  mean acceptance length "
-        f"{p['accept_len_mean']:.2f}  tokens/s {p['tokens_per_s']:.1f}  step p50 "
+        f"{p['accept_len_mean']:.2f}  tokens/s over all cycles {p['tokens_per_s']:.1f}  step p50 "
         f"{p['step_ms_p50']:.1f} ms  start-up {p['startup_s']:.1f} s",
     ]
     cores = os.cpu_count() or 1

@@ -71,8 +71,13 @@ def render(s: Snapshot) -> Group:
                 f"{p.overhead_pct:.1f}",
                 f"{p.graph_pct:.0f}",
             )
+    ref = s.reference_s if s.changes and s.change_note else s.baseline_s
     change = Table(
-        title=f"Change against the first {s.baseline_s:g} s (p50, all ranks)", title_justify="left"
+        title=f"Change against the first {ref:.0f} s, before the last {s.window_s:g} s "
+        "(p50, all ranks)",
+        caption=s.change_note,
+        title_justify="left",
+        caption_justify="left",
     )
     for col in ("phase", "first p50 ms", "now p50 ms", "change"):
         change.add_column(col, justify="left" if col == "phase" else "right")
@@ -88,6 +93,8 @@ def render(s: Snapshot) -> Group:
             "over the median rank)"
         )
         if s.lagging_rank is not None and s.lagging_excess_ms is not None
+        else Text(f"lagging rank: none ({s.lag_note})")
+        if s.lag_note
         else Text("lagging rank: - (one rank, or no cycles yet)")
     )
     return Group(head, ranks, lag_line, phases, change)

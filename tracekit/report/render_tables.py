@@ -95,7 +95,11 @@ def _cards(h: Headline) -> list[str]:
             fmt(h.cycles),
             f"p50 {fmt(h.cycle_ms_p50, 3)} ms, mean {fmt(h.cycle_ms_mean, 3)} ms",
         ),
-        card("tokens / s", fmt(h.tokens_per_s, 1), "total tokens / total cycle time"),
+        card(
+            "tokens / s",
+            fmt(h.tokens_per_s, 1),
+            "steady-state cycles: total tokens / total time (DEFINITIONS.md)",
+        ),
         card("acceptance length", fmt(h.accept_len_mean, 2), "tokens emitted per cycle, mean"),
     ]
     be = h.breakeven

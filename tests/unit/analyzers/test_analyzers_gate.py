@@ -24,7 +24,7 @@ def test_regressed_phase_named_with_its_evidence() -> None:
     assert [r.phase for r in found] == ["verify"]
     assert found[0].line() == (
         "verify regressed 52.6% (19.00 -> 29.00 ms median, 95% CI +9.6 to +10.4 ms, "
-        "2,000 instances each)"
+        "2,000 instances each; run-to-run noise unknown (one baseline))"
     )
     assert [r.phase for r in regressions(phases, 3)] == ["verify", "draft"]  # worst first
     assert regressions(phases, 60) == []
@@ -45,5 +45,5 @@ def test_unequal_counts_and_small_times() -> None:
     (r,) = regressions(phases, 10)
     assert r.line() == (
         "allreduce regressed 50.0% (0.20 -> 0.30 ms median, 95% CI +0.080 to +0.120 ms, "
-        "2,000 and 1,500 instances)"
+        "2,000 and 1,500 instances; run-to-run noise unknown (one baseline))"
     )

@@ -13,7 +13,8 @@ from rich.console import Console
 
 from tracekit.cli import cli
 from tracekit.live.feed import LiveFeed, Polled
-from tracekit.live.model import Instance, nested
+from tracekit.live.model import Cycle, Instance, nested
+from tracekit.live.render import render
 from tracekit.live.snapshot import TopState, quantile
 from tracekit.live.tail import ProcessTail
 from tracekit.store.raw.schema import raw_schema
@@ -192,24 +193,25 @@ def test_tail_reads_only_complete_batches_as_they_are_appended(tmp_path: Path) -
     assert tail.skipped == 0
 
 
-def _inst(rank: int, phase: str, end_s: float, wall_ms: float, ar_ms: float = 0.0) -> Instance:
+def _inst(
+    rank: int, phase: str, end_s: float, wall_ms: float, ar_ms: float = 0.0, cycle: int = 0
+) -> Instance:
     w = int(wall_ms * 1e6)
     a = int(ar_ms * 1e6)
     end = int(end_s * 1e9)
-    return Instance(rank, phase, 0, end, w, w - a, a, 0, w, False)
+    return Instance(rank, phase, cycle, end, w, w - a, a, 0, w, False)
 
 
 def test_snapshot_known_answers() -> None:
     # GIVEN: two ranks, verify 10 ms (rank 1: 12 ms, of which 1 ms allreduce) for 60 s,
     # then verify 15 ms on both for the last 30 s; a cycle a second
-    from tracekit.live.model import Cycle
 
     st = TopState(window_s=30, baseline_s=60)
     insts, cycles = [], []
     for t in range(1, 91):
         late = t > 60
-        insts.append(_inst(0, "verify", t, 15 if late else 10))
-        insts.append(_inst(1, "verify", t, 15 if late else 12, ar_ms=1))
+        insts.append(_inst(0, "verify", t, 15 if late else 10, cycle=t))
+        insts.append(_inst(1, "verify", t, 15 if late else 12, ar_ms=1, cycle=t))
         cycles += [Cycle(0, t, int(t * 1e9), 3.0), Cycle(1, t, int(t * 1e9), 2.0)]
     st.add(insts, cycles)
     # WHEN
@@ -225,12 +227,68 @@ def test_snapshot_known_answers() -> None:
     # work per cycle: rank 0 (30x15 + 10)/31, rank 1 (30x14 + 11)/31 -> rank 0 lags
     assert s.lagging_rank == 0
     assert s.lagging_excess_ms == pytest.approx((460 - 431) / 31 / 2)
-    # change: first 60 s p50 of [10]*59.. and [12]*.. pooled = 11 ms; now 15 ms
+    # per cycle: -0.5 ms at cycle 60 (10 against the ranks' median 10.5), +0.5 at 61-90: mean
+    # +0.468, far above 2 standard errors (0.065), and 3.2% of the median rank's work: a lag
+    assert s.lag_note is None
+    # change: the first 60 s before the window (which starts at 60 s): instances ending at
+    # 1..59 s (the one ending at 60 s is the window's), p50 of [10]*59 and [12]*59 pooled =
+    # 11 ms; now 15 ms. The first instance (rank 1, 12 ms) starts at 0.988 s: the reference is 59.012 s
+    # and a note says the window's own instances are not in it
+    assert s.reference_s == pytest.approx(59.012)
+    assert s.change_note is not None
+    assert "never the window itself" in s.change_note
     (ch,) = s.changes
     assert ch.baseline_p50_ms == pytest.approx(11.0)
     assert ch.now_p50_ms == pytest.approx(15.0)
     assert ch.change_pct == pytest.approx(100 * (15 / 11 - 1))
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.99) == pytest.approx(3.97)
+
+
+def test_top_short_run_never_compares_the_window_with_itself_23() -> None:
+    # GIVEN: a 20 s run (shorter than the 30 s window), verify 10 ms then 14 ms
+    st = TopState(window_s=30, baseline_s=120)
+    st.add([_inst(0, "verify", t, 10 if t < 10 else 14, cycle=t) for t in range(1, 21)], [])
+    # WHEN
+    s = st.snapshot(run="r")
+    # THEN: the first 120 s and the window are the same 20 s: no change (today's +0.0% came
+    # from comparing the window with itself), and the note says why
+    assert s.changes == ()
+    assert s.change_note is not None
+    assert s.change_note.startswith("no change yet: the last 30 s cover the whole run")
+
+
+def test_top_names_a_lagging_rank_only_above_noise_23() -> None:
+    # GIVEN: two ranks over 40 cycles; rank 1 does 0.3% more work (10.03 against 10.00 ms),
+    # steady: a 0.3% difference, significant but under 1%, is no lag
+    st = TopState(window_s=60, baseline_s=5)
+    insts = []
+    for t in range(1, 41):
+        insts.append(_inst(0, "verify", t, 10.0, cycle=t))
+        insts.append(_inst(1, "verify", t, 10.03, cycle=t))
+    st.add(insts, [Cycle(r, t, int(t * 1e9), 2.0) for t in range(1, 41) for r in (0, 1)])
+    # WHEN
+    s = st.snapshot(run="r")
+    # THEN
+    assert s.lagging_rank is None
+    assert s.lagging_excess_ms == pytest.approx(0.015)  # over the median of 10.00 and 10.03
+    assert s.lag_note is not None
+    assert "under 1% of the median rank's work" in s.lag_note
+    out = "".join(seg.text for seg in Console(width=200).render(render(s)))
+    assert "lagging rank: none (rank 1's +0.015 ms (0.1%) a cycle" in out
+    # GIVEN: rank 1 is 2 ms slower (12 against 10) on alternate cycles only, 10 against 10
+    # on the others, in 4 cycles: the mean excess 0.5 ms (2 ms / 2 over 2 of 4 cycles) is 5%
+    # but its cycle-to-cycle spread is as large: within noise
+    st = TopState(window_s=60, baseline_s=5)
+    insts = []
+    for t in range(1, 5):
+        insts.append(_inst(0, "verify", t, 10.0, cycle=t))
+        insts.append(_inst(1, "verify", t, 12.0 if t % 2 else 10.0, cycle=t))
+    st.add(insts, [Cycle(r, t, int(t * 1e9), 2.0) for t in range(1, 5) for r in (0, 1)])
+    s = st.snapshot(run="r")
+    # d(c) = 1, 0, 1, 0 ms (against the two ranks' median): mean 0.5, 2 x sd / sqrt(4) = 0.577
+    assert s.lagging_rank is None
+    assert s.lag_note is not None
+    assert "within noise (cycle-to-cycle excess +0.500 +- 0.577 ms)" in s.lag_note
 
 
 def test_top_once_draws_the_frame(tmp_path: Path) -> None:
