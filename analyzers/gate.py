@@ -2,7 +2,9 @@
 
 A phase **regressed** when its steady-state median got slower by more than PCT percent of the
 baseline's median (`b_ms_p50 / a_ms_p50 - 1 > PCT/100`; with several baselines their mean
-median) and by more than the noise: `significant` with the 95% interval above 0
+median) and by more than the noise: `significant`, with the whole 95% interval of the change
+above PCT percent of the baseline's median (`ci95_ms[0] > a_ms_p50 x PCT/100`: even the
+interval's low end is a regression of more than PCT)
 (docs/DEFINITIONS.md "Diff": with several baselines the interval is the run-to-run spread of
 their medians, `noise: "runs"`; with one, the bootstrap over each run's instances,
 `noise: "within-run"`, which knows nothing of how two runs of one command differ, and the line
@@ -70,7 +72,7 @@ def regressions(phases: dict[str, dict[str, Any]], threshold_pct: float) -> list
             continue
         lo, hi = float(ci[0]), float(ci[1])
         pct = 100.0 * (b / a - 1.0)
-        if lo > 0 and pct > threshold_pct:
+        if lo > a * threshold_pct / 100.0 and lo > 0 and pct > threshold_pct:
             noise = str(p.get("noise") or "within-run")
             k = len(p.get("a_runs_ms_p50") or [None])
             out.append(

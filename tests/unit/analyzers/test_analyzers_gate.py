@@ -13,10 +13,11 @@ def _p(a: float, b: float, ci: tuple[float, float], sig: bool, n: int = 2000) ->
 
 
 def test_regressed_phase_named_with_its_evidence() -> None:
-    # GIVEN: verify 19.0 -> 29.0 ms (+52.6%), significant; draft 10 -> 10.4 (+4%)
+    # GIVEN: verify 19.0 -> 29.0 ms (+52.6%), significant; draft 10 -> 10.4 (+4%, interval
+    # +0.35 to +0.5 ms: at least +3.5%)
     phases = {
         "verify": _p(19.0, 29.0, (9.6, 10.4), True),
-        "draft": _p(10.0, 10.4, (0.3, 0.5), True),
+        "draft": _p(10.0, 10.4, (0.35, 0.5), True),
     }
     # WHEN
     found = regressions(phases, 5)
@@ -38,6 +39,16 @@ def test_gate_ignores_noise_speedups_and_missing_phases() -> None:
         "new": {"a_ms_p50": None, "b_ms_p50": 5.0, "ci95_ms": None, "significant": False},
     }
     assert regressions(phases, 0) == []
+
+
+def test_gate_needs_the_whole_interval_above_the_threshold() -> None:
+    # GIVEN verify 10 -> 13 ms (+30%), significant, but the interval +0.5 to +5.5 ms reaches
+    # down to +5%: a 10% gate cannot tell a >10% regression from noise; a 4% gate can
+    phases = {"verify": _p(10.0, 13.0, (0.5, 5.5), True)}
+    assert regressions(phases, 10) == []
+    assert [r.phase for r in regressions(phases, 4)] == ["verify"]
+    # the interval's low end exactly at the threshold does not fire (strictly above)
+    assert regressions({"verify": _p(10.0, 13.0, (1.0, 5.0), True)}, 10) == []
 
 
 def test_unequal_counts_and_small_times() -> None:
