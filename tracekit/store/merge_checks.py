@@ -1,5 +1,6 @@
 """What merge says about the phase map's rules when the records show they found nothing: a
-cycle rule whose phase never ran, accept rules the collector switched off after a failure."""
+cycle rule whose phase never ran, accept rules the collector switched off after a failure,
+ranks that count different steps as cycles."""
 
 from __future__ import annotations
 
@@ -48,4 +49,20 @@ def accept_failures(procs: list[ProcessData]) -> str | None:
         f"accept rule(s) switched off after a failure: {'; '.join(parts)}; cycles after it have "
         "no acceptance from that rule (tokens/s and break-even need it): fix its `value` path "
         '(docs/phasemaps.md, "accept")'
+    )
+
+
+def ranks_disagree(raws: list[int], statuses: dict[int, dict[int, bool]]) -> str | None:
+    """One warning when a raw cycle is a cycle on some ranks and not on others (the `require`
+    phase ran on some only): cycle numbers then follow the ranks where it is one."""
+    if not raws:
+        return None
+    raw = raws[0]
+    yes = sorted(r for r, s in statuses.items() if s.get(raw) is True)
+    no = sorted(r for r, s in statuses.items() if s.get(raw) is False)
+    return (
+        f"ranks count different steps as cycles at {len(raws)} raw cycle(s) (first: raw cycle "
+        f"{raw} is a cycle on ranks {yes}, not on ranks {no}, whose records of it lack the "
+        "cycle rule's `require` phase); cycle numbers follow the ranks where it is one, so "
+        "those ranks have no cycle of that number"
     )

@@ -68,6 +68,13 @@ def scan_table(run_dir: Path, table: str, *, rank: int | None = None) -> pl.Lazy
         raise StoreError(msg)
     files = [(r, f) for r, f in table_files(run_dir, table) if rank is None or r == rank]
     if not files:
+        layout = RunLayout(Path(run_dir))
+        if layout.raw.is_dir() and not table_files(run_dir, "phases"):
+            msg = (
+                f"{run_dir}: not merged yet (raw/ holds the collector's records, the store "
+                f"has none); run `tracekit merge {run_dir}` first"
+            )
+            raise StoreError(msg)
         where = f" for rank {rank}" if rank is not None else ""
         msg = (
             f"{run_dir}: no `{table}` table{where} in the store; "
