@@ -26,7 +26,12 @@ import pyarrow as pa
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
-from tracekit.store.merge_checks import accept_failures, ranks_disagree, unseen_cycle_phase
+from tracekit.store.merge_checks import (
+    accept_failures,
+    ranks_disagree,
+    side_file_warnings,
+    unseen_cycle_phase,
+)
 from tracekit.store.merge_damage import (
     damage_warnings,
     lost_spans,
@@ -206,6 +211,7 @@ def merge(run_dir: Path | str) -> MergeResult:
     failed = accept_failures(procs)
     if failed is not None:
         warnings.append(failed)
+    warnings.extend(side_file_warnings(procs, run, layout.raw))
 
     for rank, table in _counters(
         layout.raw, [p for g in by_rank.values() for p in g], warnings

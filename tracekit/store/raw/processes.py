@@ -55,6 +55,7 @@ class ProcessData:
     segments: int = 0  # record segments read (collectors/segments.py)
     damage: list[SegmentDamage] = field(default_factory=list)  # oldest first
     rows_read: int = 0  # rows of its segments, before rows missing a key value are left out
+    manifest_error: str | None = None  # why manifest.json could not be read ("missing" if gone)
 
     @property
     def n_records(self) -> int:
@@ -157,7 +158,7 @@ def _place_damage(
 def _read_process(pid: int, d: Path) -> ProcessData:
     """One process directory: its state, manifest, records (all segments) and Kineto trace."""
     info, info_error = read_json(d / PROCESS_FILE)
-    manifest = read_json(d / MANIFEST_FILE)[0]
+    manifest, manifest_error = read_json(d / MANIFEST_FILE)
     records: list[dict[str, Any]] = []
     damaged = None
     table, complete, err, rec_path, damage = _read_segments(d, info)
@@ -183,6 +184,8 @@ def _read_process(pid: int, d: Path) -> ProcessData:
         segments=len(list_segments(d)),
         damage=damage,
         rows_read=table.num_rows if table is not None else 0,
+        manifest_error=manifest_error
+        or (None if (d / MANIFEST_FILE).exists() or not info else "missing"),
     )
     if info_error:
         proc.damaged = proc.damaged or f"{d / PROCESS_FILE}: {info_error}"
