@@ -14,6 +14,11 @@
 - `noimport`: the ranks never import `work` (the module every target lives in).
 - `forever`: ranks run until they are signalled (for the launcher signal tests).
 
+With `REL_TICK=S` in the environment the ranks meet first (each writes a file in a directory
+the server made, and waits for all), then every rank starts cycle i at the same wall-clock time
+(0.2 s after the last arrived, + i*S), as ranks held together by their collectives do: a cycle
+number that names the same step on every rank starts within one tick across ranks.
+
 Pure Python, no torch: a launch costs about a second of CPU.
 """
 
@@ -59,6 +64,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -76,7 +82,16 @@ def rank_main(rank, cycles, fault):
     w = Worker()
     total = 0
     i = 0
+    tick, t0 = float(os.environ.get("REL_TICK", "0")), 0.0
+    if tick:
+        meet = os.environ["REL_MEET"]
+        open(os.path.join(meet, f"rank-{rank}"), "w").close()
+        while len(os.listdir(meet)) < int(os.environ["WORLD_SIZE"]):
+            time.sleep(0.002)
+        t0 = max(os.stat(os.path.join(meet, n)).st_mtime for n in os.listdir(meet)) + 0.2
     while fault == "forever" or i < cycles:
+        if tick:
+            time.sleep(max(0.0, t0 + i * tick - time.time()))
         kill_here = fault == f"kill1@{i}" and rank == 1
         if kill_here:
             time.sleep(0.1)  # past the flush period: cycle i ends with a flush
@@ -96,8 +111,9 @@ if __name__ == "__main__":
     if "RANK" in os.environ:
         sys.exit(rank_main(int(os.environ["RANK"]), cycles, fault))
     procs = []
+    meet = tempfile.mkdtemp(prefix="rel-meet-")
     for r in range(ranks):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks))
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), REL_MEET=meet)
         procs.append(subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env=env))
     codes = [p.wait() for p in procs]
     say(f"server: rank exit codes {codes}")

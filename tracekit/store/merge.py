@@ -98,7 +98,12 @@ def _assign_ranks(procs: list[ProcessData], warnings: list[str]) -> None:
         unranked[0].rank, unranked[0].rank_source = 0, "single process"
     elif unranked:
         for p in unranked:
-            why = bad.get(p.pid) or p.damaged or "no torch.distributed rank, no RANK variable"
+            why = (
+                bad.get(p.pid)
+                or p.damaged
+                or p.info_error
+                or "no torch.distributed rank, no RANK variable"
+            )
             warnings.append(
                 f"pid {p.pid} recorded {p.n_records} calls but its rank is unknown ({why}); its "
                 "records are left out"
@@ -191,13 +196,16 @@ def merge(run_dir: Path | str) -> MergeResult:
             by_rank.setdefault(p.rank, []).append(p)
     first_cycle = report_dropped(by_rank, warnings)
     recs = {rank: _rank_records(group, first_cycle) for rank, group in by_rank.items()}
-    ids = _cycle_ids(recs, cycle_cfg, procs, warnings)
+    ids, statuses = _cycle_ids(recs, cycle_cfg, procs, warnings)
     for p in procs:
-        if p.n_records:
-            warnings.extend(damage_warnings(p, ids))
+        if p.n_records and p.rank is not None:
+            have = {r for r, is_cycle in (statuses.get(p.rank) or {}).items() if is_cycle}
+            warnings.extend(damage_warnings(p, ids, have))
 
     for table in MERGED_TABLES:
         shutil.rmtree(layout.table_dir(table), ignore_errors=True)
+    for old in layout.table_dir("manifests").glob(f"rank=*/part-{COLLECTOR_MANIFEST_PART}.parquet"):
+        old.unlink()  # merge's own manifests (ingest's parts stay): a rank left out has none
     seen_phases: set[str] = set()
     for rank in sorted(by_rank):
         seen_phases |= _merge_rank(
@@ -257,14 +265,16 @@ def _cycle_ids(
     cycle_cfg: dict[str, Any],
     procs: list[ProcessData],
     warnings: list[str],
-) -> CycleIds:
-    """The run's cycle numbers (numbering.py), and one warning if ranks count steps apart."""
-    statuses = {rank: raw_cycle_status(r, cycle_cfg) for rank, r in recs.items()}
-    ids = cycle_ids([s for s in statuses.values() if s is not None], lost_spans(procs))
-    said = ranks_disagree(ids.disagree, {r: s for r, s in statuses.items() if s is not None})
+) -> tuple[CycleIds, dict[int, dict[int, bool]]]:
+    """The run's cycle numbers (numbering.py) and each rank's raw cycles (none for a rank of
+    several processes); one warning if ranks count steps apart."""
+    got = {rank: raw_cycle_status(r, cycle_cfg) for rank, r in recs.items()}
+    statuses = {r: s for r, s in got.items() if s is not None}
+    ids = cycle_ids(list(statuses.values()), lost_spans(procs))
+    said = ranks_disagree(ids.disagree, statuses)
     if said is not None:
         warnings.append(said)
-    return ids
+    return ids, statuses
 
 
 def _merge_rank(
@@ -349,7 +359,13 @@ def _ingest_traces(run_dir: Path, traces: dict[Path, int], warnings: list[str]) 
     try:
         res = ingest(list(overrides), run_dir, rank_overrides=overrides)
     except TracekitError as exc:
-        warnings.append(f"some Kineto traces could not be ingested: {exc}")
-        return 0
+        done = getattr(exc, "result", None)
+        ok = {Path(f.path).resolve() for f in getattr(done, "files", [])}
+        lost = sorted({r for p, r in overrides.items() if p.resolve() not in ok})
+        warnings.append(
+            f"some Kineto traces could not be ingested: {exc}; ranks {lost} have no kernel "
+            "events (their phases and cycles are merged)"
+        )
+        return int(getattr(done, "events", 0))
     warnings.extend(res.warnings)
     return int(res.events)

@@ -30,14 +30,16 @@ def records_lost(p: ProcessData) -> int | None:
 
 
 def lost_spans(procs: list[ProcessData]) -> Iterator[tuple[int, int]]:
-    """The raw cycles each damage lost (inclusive), where records were read on both sides."""
+    """The raw cycles each damage may have lost (inclusive), where records were read on both
+    sides: from the last one read before it (its end may be lost) to the first after it."""
     for p in procs:
         for d in p.damage:
-            if d.before is not None and d.after is not None and d.after - d.before > 1:
-                yield d.before + 1, d.after - 1
+            if d.before is not None and d.after is not None and d.after > d.before:
+                yield d.before, d.after
 
 
-def _cycles(d: SegmentDamage, ids: CycleIds, rank: int | None) -> str:
+def _cycles(d: SegmentDamage, ids: CycleIds, rank: int | None, have: set[int]) -> str:
+    """The cycles a damage took from the rank: numbered raw cycles around it the rank lacks."""
     who = f"rank {rank}'s" if rank is not None else "its"
     if d.before is None and d.after is None:
         return "no cycle of it was read"
@@ -51,10 +53,12 @@ def _cycles(d: SegmentDamage, ids: CycleIds, rank: int | None) -> str:
         if span is None:
             return f"{who} cycles before raw cycle {d.after} are lost"
         return f"{who} cycles before {span[1] + 1} are lost"
-    span = ids.span(d.before + 1, d.after - 1)
-    if span is None:
+    gone = [
+        ids.numbers[r] for r in range(d.before, d.after + 1) if r in ids.numbers and r not in have
+    ]
+    if not gone:
         return "no whole cycle was lost"
-    first, last, n = span
+    first, last, n = min(gone), max(gone), len(gone)
     return (
         f"{who} cycles {first}-{last} ({n} cycles) are missing; the cycles after them keep "
         "their numbers (every rank's cycle N is the same step)"
@@ -75,14 +79,14 @@ def _what(why: str) -> str:
     return f"damaged in the middle ({why[:100]})"
 
 
-def damage_warnings(p: ProcessData, ids: CycleIds) -> list[str]:
+def damage_warnings(p: ProcessData, ids: CycleIds, have: set[int]) -> list[str]:
     """One warning a damaged segment of a process that is not its newest (that one is the
-    partial process's line, `partial_words`)."""
+    partial process's line, `partial_words`); `have`: the raw cycles of its rank merged."""
     middle = [d for d in p.damage if not d.last]
     who = f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}"
     return [
         f"{d.path}: {_what(d.why)}; {who}: read {d.rows:,} records of it and every segment after "
-        f"it, {_lost_words(p, len(p.damage) > 1)}; {_cycles(d, ids, p.rank)}"
+        f"it, {_lost_words(p, len(p.damage) > 1)}; {_cycles(d, ids, p.rank, have)}"
         for d in middle
     ]
 
@@ -96,7 +100,7 @@ def partial_words(p: ProcessData) -> str:
             if p.read_error and not p.damage
             else "the process did not finish (killed?)"
         )
-    return f"{last.path}: {last.why} ({_lost_words(p, len(p.damage) > 1)})"
+    return f"{last.path}: {last.why}; {_lost_words(p, len(p.damage) > 1)}"
 
 
 def refuse_if_nothing_readable(raw: Path, procs: list[ProcessData]) -> None:

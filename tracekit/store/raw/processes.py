@@ -56,6 +56,7 @@ class ProcessData:
     damage: list[SegmentDamage] = field(default_factory=list)  # oldest first
     rows_read: int = 0  # rows of its segments, before rows missing a key value are left out
     manifest_error: str | None = None  # why manifest.json could not be read ("missing" if gone)
+    info_error: str | None = None  # why process.json could not be read ("missing" if gone)
 
     @property
     def n_records(self) -> int:
@@ -190,6 +191,8 @@ def _read_process(pid: int, d: Path) -> ProcessData:
     if info_error:
         proc.damaged = proc.damaged or f"{d / PROCESS_FILE}: {info_error}"
         proc.info = {}
+    elif not info and not (d / PROCESS_FILE).exists():
+        proc.info_error = f"{d / PROCESS_FILE}: missing"
     return proc
 
 
