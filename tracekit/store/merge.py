@@ -270,7 +270,8 @@ def _cycle_ids(
     several processes); one warning if ranks count steps apart."""
     got = {rank: raw_cycle_status(r, cycle_cfg) for rank, r in recs.items()}
     statuses = {r: s for r, s in got.items() if s is not None}
-    ids = cycle_ids(list(statuses.values()), lost_spans(procs))
+    spans = {rank: lost_spans([p for p in procs if p.rank == rank]) for rank in statuses}
+    ids = cycle_ids([(s, spans[rank]) for rank, s in statuses.items()])
     said = ranks_disagree(ids.disagree, statuses)
     if said is not None:
         warnings.append(said)

@@ -5,7 +5,6 @@ when no record of any process could be read (docs/RELIABILITY.md, "Fault matrix"
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +28,16 @@ def records_lost(p: ProcessData) -> int | None:
     return max(0, written - gone - p.rows_read)
 
 
-def lost_spans(procs: list[ProcessData]) -> Iterator[tuple[int, int]]:
-    """The raw cycles each damage may have lost (inclusive), where records were read on both
-    sides: from the last one read before it (its end may be lost) to the first after it."""
-    for p in procs:
-        for d in p.damage:
-            if d.before is not None and d.after is not None and d.after > d.before:
-                yield d.before, d.after
+def lost_spans(procs: list[ProcessData]) -> list[tuple[int, int]]:
+    """The raw cycles the damage of these processes may have lost (inclusive), where records
+    were read on both sides: from the last one read before it (its end may be lost) to the
+    first after it (its start may be)."""
+    return [
+        (d.before, d.after)
+        for p in procs
+        for d in p.damage
+        if d.before is not None and d.after is not None and d.after > d.before
+    ]
 
 
 def _cycles(d: SegmentDamage, ids: CycleIds, rank: int | None, have: set[int]) -> str:

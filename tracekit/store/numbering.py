@@ -258,26 +258,35 @@ def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def cycle_ids(statuses: list[dict[int, bool]], lost: Iterable[tuple[int, int]]) -> CycleIds:
-    """The run's cycle numbers from each rank's `raw_cycle_status` and the raw cycles some rank
-    lost (`lost`: inclusive spans between what it read). A raw number is a cycle when it is one
-    on any rank that has it; a lost one no rank has counts as one (its number is kept free)."""
-    known: dict[int, bool] = {}
-    seen_as: dict[int, set[bool]] = {}
-    for status in statuses:
+def _within(raw: int, spans: list[tuple[int, int]]) -> bool:
+    return any(lo <= raw <= hi for lo, hi in spans)
+
+
+def cycle_ids(ranks: list[tuple[dict[int, bool], list[tuple[int, int]]]]) -> CycleIds:
+    """The run's cycle numbers from each rank's `raw_cycle_status` and the raw cycles it may
+    have lost (inclusive spans around each damage: the raw cycles on either side of one may
+    be partial). A raw number is a cycle when it is one on any rank; one that no rank read
+    whole (inside every lost span that touches it, and certain nowhere else) counts as one,
+    its number kept free. Ranks count a raw number differently (`disagree`) only where both
+    read it whole."""
+    true_any: set[int] = set()
+    certain: dict[int, set[bool]] = {}
+    for status, spans in ranks:
         for raw, is_cycle in status.items():
-            known[raw] = known.get(raw, False) or is_cycle
-            seen_as.setdefault(raw, set()).add(is_cycle)
-    ids = CycleIds(disagree=sorted(r for r, s in seen_as.items() if len(s) > 1))
-    if not known:
+            if is_cycle:
+                true_any.add(raw)
+            if not _within(raw, spans):
+                certain.setdefault(raw, set()).add(is_cycle)
+    ids = CycleIds(disagree=sorted(r for r, s in certain.items() if len(s) > 1))
+    every = {raw for status, _ in ranks for raw in status}
+    if not every:
         return ids
-    first = min(known)
-    unseen = {
-        r for lo, hi in _merged(lost) for r in range(max(lo, first), hi + 1) if r not in known
-    }
+    first = min(every)
+    lost = _merged(span for _, spans in ranks for span in spans)
+    unsure = {r for lo, hi in lost for r in range(max(lo, first), hi + 1) if r not in certain}
     n = 0
-    for raw in sorted(known.keys() | unseen):
-        if raw in unseen or known[raw]:
+    for raw in sorted(every | unsure):
+        if raw in true_any or raw in unsure:
             ids.numbers[raw] = n
             n += 1
     return ids
