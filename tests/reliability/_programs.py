@@ -12,6 +12,7 @@
 - `raise@K`: `verify` raises ValueError at cycle K on every rank; the rank catches it, prints
   it, and goes on.
 - `noimport`: the ranks never import `work` (the module every target lives in).
+- `usage`: the server exits 2 on its arguments before starting a rank (as argparse does).
 - `forever`: ranks run until they are signalled (for the launcher signal tests).
 
 With `REL_TICK=S` in the environment the ranks meet first (each writes a file in a directory
@@ -108,6 +109,9 @@ def rank_main(rank, cycles, fault):
 
 if __name__ == "__main__":
     ranks, cycles, fault = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    if fault == "usage":
+        print("server.py: error: unrecognized arguments", file=sys.stderr)
+        sys.exit(2)
     if "RANK" in os.environ:
         sys.exit(rank_main(int(os.environ["RANK"]), cycles, fault))
     procs = []

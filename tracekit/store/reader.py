@@ -53,7 +53,15 @@ def check_store(run_dir: Path) -> None:
     schema, naming the first part that does not), and every rank whose records merge wrote
     (manifests `process.records` > 0) has its `phases` and `cycles` parts. The analysis
     commands check this before computing anything, so a damaged store gives one line and
-    exit 2 from each of them, and no page is written from it."""
+    exit 2 from each of them, and no page is written from it. A run with `raw/` and no table
+    has not been merged: that is said too."""
+    layout = RunLayout(Path(run_dir))
+    if layout.raw.is_dir() and not any(table_files(run_dir, t) for t in TABLES):
+        msg = (
+            f"{run_dir}: not merged yet (raw/ holds the collector's records, the store has "
+            f"none); run `tracekit merge {run_dir}` first"
+        )
+        raise StoreError(msg)
     for table in TABLES:
         for _rank, f in table_files(run_dir, table):
             check_schema_version(f)
@@ -99,13 +107,6 @@ def scan_table(run_dir: Path, table: str, *, rank: int | None = None) -> pl.Lazy
         raise StoreError(msg)
     files = [(r, f) for r, f in table_files(run_dir, table) if rank is None or r == rank]
     if not files:
-        layout = RunLayout(Path(run_dir))
-        if layout.raw.is_dir() and not table_files(run_dir, "phases"):
-            msg = (
-                f"{run_dir}: not merged yet (raw/ holds the collector's records, the store "
-                f"has none); run `tracekit merge {run_dir}` first"
-            )
-            raise StoreError(msg)
         where = f" for rank {rank}" if rank is not None else ""
         msg = (
             f"{run_dir}: no `{table}` table{where} in the store; "
