@@ -149,3 +149,13 @@ def test_launch_says_the_command_failed_before_nothing_was_recorded(tmp_path: Pa
     assert "that is why nothing was recorded" in failed[0]
     assert not [ln for ln in lines if ln.startswith("tracekit: nothing was recorded")], lines
     assert "Next: tracekit summary" not in res.stderr
+
+
+def test_merging_a_run_that_recorded_nothing_is_one_line(tmp_path: Path) -> None:
+    # GIVEN a run whose one process recorded no call (the launcher's own, say)
+    pid = tmp_path / "run" / "raw" / "pid-7"
+    pid.mkdir(parents=True)
+    (pid / "process.json").write_text(json.dumps({"pid": 7, "records": 0}))
+    # WHEN merged THEN one line saying so, exit 2, and no "Next: tracekit summary"
+    line = _one_error(["merge", str(tmp_path / "run")])
+    assert "nothing to merge: no process under raw/ recorded a call" in line

@@ -41,26 +41,21 @@ def lost_spans(procs: list[ProcessData]) -> list[tuple[int, int]]:
 
 
 def _cycles(d: SegmentDamage, ids: CycleIds, rank: int | None, have: set[int]) -> str:
-    """The cycles a damage took from the rank: numbered raw cycles around it the rank lacks."""
+    """The cycles a damage took from the rank: the numbered raw cycles from the last one read
+    before it to the first one after it that the rank has no cycle of."""
     who = f"rank {rank}'s" if rank is not None else "its"
     if d.before is None and d.after is None:
         return "no cycle of it was read"
-    if d.after is None:
-        span = ids.span(d.before + 1 if d.before is not None else 0, max(ids.numbers, default=-1))
-        if span is None:
-            return f"{who} cycles after raw cycle {d.before} are lost"
-        return f"{who} cycles from {span[0]} on are lost"
-    if d.before is None:
-        span = ids.span(min(ids.numbers, default=0), d.after - 1)
-        if span is None:
-            return f"{who} cycles before raw cycle {d.after} are lost"
-        return f"{who} cycles before {span[1] + 1} are lost"
-    gone = [
-        ids.numbers[r] for r in range(d.before, d.after + 1) if r in ids.numbers and r not in have
-    ]
+    lo = d.before if d.before is not None else -1
+    hi = d.after if d.after is not None else 1 << 62
+    gone = sorted(n for r, n in ids.numbers.items() if lo <= r <= hi and r not in have)
     if not gone:
         return "no whole cycle was lost"
-    first, last, n = min(gone), max(gone), len(gone)
+    first, last, n = gone[0], gone[-1], len(gone)
+    if d.after is None:
+        return f"{who} cycles from {first} on ({n} cycles) are lost"
+    if d.before is None:
+        return f"{who} cycles before {last + 1} ({n} cycles) are lost"
     return (
         f"{who} cycles {first}-{last} ({n} cycles) are missing; the cycles after them keep "
         "their numbers (every rank's cycle N is the same step)"

@@ -240,13 +240,6 @@ class CycleIds:
     numbers: dict[int, int] = field(default_factory=dict)
     disagree: list[int] = field(default_factory=list)  # raw numbers the ranks count differently
 
-    def span(self, first_raw: int, last_raw: int) -> tuple[int, int, int] | None:
-        """(first, last, how many) cycle numbers of raw cycles first_raw..last_raw, or None."""
-        if last_raw < first_raw or last_raw - first_raw > MAX_LOST_SPAN:
-            return None
-        got = [self.numbers[r] for r in range(first_raw, last_raw + 1) if r in self.numbers]
-        return (min(got), max(got), len(got)) if got else None
-
 
 def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
