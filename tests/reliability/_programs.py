@@ -15,10 +15,11 @@
 - `usage`: the server exits 2 on its arguments before starting a rank (as argparse does).
 - `forever`: ranks run until they are signalled (for the launcher signal tests).
 
-With `REL_TICK=S` in the environment the ranks meet first (each writes a file in a directory
-the server made, and waits for all), then every rank starts cycle i at the same wall-clock time
-(0.2 s after the last arrived, + i*S), as ranks held together by their collectives do: a cycle
-number that names the same step on every rank starts within one tick across ranks.
+With `REL_LOCKSTEP=1` in the environment the ranks make one `draft` call outside any cycle (the
+recorder's first flush happens before they start), then start each cycle together, as ranks
+held by their collectives do: each writes a file `<cycle>-<rank>` in a directory the server
+made and waits until every rank's is there. A cycle number that names the same step on every
+rank then starts at the same time on each, within scheduling noise.
 
 Pure Python, no torch: a launch costs about a second of CPU.
 """
@@ -73,6 +74,15 @@ def say(line):
     os.write(1, (line + "\\n").encode())  # one write a line: ranks print concurrently
 
 
+def meet(rank, i):
+    # wait until every rank reached cycle i (a file each in the server's directory)
+    where, world = os.environ["REL_MEET"], int(os.environ["WORLD_SIZE"])
+    open(os.path.join(where, f"{i}-{rank}"), "w").close()
+    names = [f"{i}-{r}" for r in range(world)]
+    while not all(os.path.exists(os.path.join(where, n)) for n in names):
+        time.sleep(0.0005)
+
+
 def rank_main(rank, cycles, fault):
     if fault == "noimport":
         total = sum(i % 3 for i in range(cycles))
@@ -83,16 +93,13 @@ def rank_main(rank, cycles, fault):
     w = Worker()
     total = 0
     i = 0
-    tick, t0 = float(os.environ.get("REL_TICK", "0")), 0.0
-    if tick:
-        meet = os.environ["REL_MEET"]
-        open(os.path.join(meet, f"rank-{rank}"), "w").close()
-        while len(os.listdir(meet)) < int(os.environ["WORLD_SIZE"]):
-            time.sleep(0.002)
-        t0 = max(os.stat(os.path.join(meet, n)).st_mtime for n in os.listdir(meet)) + 0.2
+    lockstep = os.environ.get("REL_LOCKSTEP") == "1"
+    if lockstep:  # one call outside any cycle first: the recorder's first flush (its imports)
+        w.draft(-1)  # is done before the ranks start, not inside their first cycles
+        time.sleep(0.3)
     while fault == "forever" or i < cycles:
-        if tick:
-            time.sleep(max(0.0, t0 + i * tick - time.time()))
+        if lockstep:
+            meet(rank, i)
         kill_here = fault == f"kill1@{i}" and rank == 1
         if kill_here:
             time.sleep(0.1)  # past the flush period: cycle i ends with a flush

@@ -5,7 +5,7 @@ traceback, never exit 0 with an unstated loss. And the cycle identity after a lo
 cycle number names the same step on every rank.
 
 The damaged inputs are built from one small real run made once for the module (2 ranks, 60
-cycles on a shared wall-clock tick, record segments rotated every 0.4 s), to which a Kineto
+cycles started together as collectives would hold them, record segments rotated every 0.4 s), to which a Kineto
 trace and NVML samples are added (a light-mode CPU run writes neither). Commands run through
 click's CliRunner; a few real processes show that no traceback reaches the user.
 """
@@ -34,7 +34,6 @@ from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, nvml_sch
 from tracekit.store.reader import check_store, read_table
 
 CYCLES = 60
-TICK = 0.04  # s: rank r starts cycle i at t0 + i * TICK (a collective's hold on the ranks)
 MIDDLE = 2  # the record segment cut in the middle-segment tests
 KINETO = next((SAMPLE_TRACES / "demo_cpu_full_8rank" / "raw").glob("pid-*/kineto.json.gz"))
 
@@ -63,21 +62,39 @@ def _add_nvml(run_dir: Path) -> None:
     (run_dir / "run.json").write_text(json.dumps(doc))
 
 
+def _apart(run_dir: Path) -> tuple[pl.Series, float, pl.DataFrame]:
+    """How far apart each cycle both ranks have starts on them, one cycle's time (the median
+    from one cycle's start to the next on rank 1), and the joined cycles."""
+    cycles = read_table(run_dir, "cycles").select("rank", "cycle", "start_ns")
+    one = cycles.filter(pl.col("rank") == 1).sort("cycle")["start_ns"].diff().median()
+    both = cycles.filter(pl.col("rank") == 0).join(
+        cycles.filter(pl.col("rank") == 1), on="cycle", suffix="_1"
+    )
+    return (both["start_ns"] - both["start_ns_1"]).abs(), float(one), both  # type: ignore[arg-type]
+
+
+def _launch(root: Path, name: str) -> Path:
+    server = write_server(root / "srv")
+    cmd = launch_cmd(server, root / "runs", name, server_cmd(server, 2, CYCLES))
+    env = {"REL_LOCKSTEP": "1", "REL_SLEEP": "0.04", "TRACEKIT_SEGMENT_SECONDS": "0.4"}
+    res = run(cmd, server, **env)
+    assert res.returncode == 0, res.stderr
+    return root / "runs" / name
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The run every cell damages a copy of: raw/ complete, merged without a warning."""
+    """The run every cell damages a copy of: raw/ complete, merged without a warning, every
+    cycle starting within one cycle's time on both ranks (a run the scheduler stalled a rank
+    of, on a loaded machine, is made again: the tests compare with this baseline)."""
     root = tmp_path_factory.mktemp("faults")
-    server = write_server(root / "srv")
-    cmd = launch_cmd(server, root / "runs", "src", server_cmd(server, 2, CYCLES))
-    res = run(
-        cmd,
-        server,
-        REL_TICK=str(TICK),
-        REL_SLEEP="0.004",
-        TRACEKIT_SEGMENT_SECONDS="0.4",
-    )
-    assert res.returncode == 0, res.stderr
-    run_dir = root / "runs" / "src"
+    for attempt in range(3):
+        run_dir = _launch(root, f"src{attempt}")
+        apart, one, _ = _apart(run_dir)
+        if apart.max() < one:  # type: ignore[operator]
+            break
+    else:
+        pytest.fail(f"3 runs with a rank stalled for more than a cycle ({one / 1e6:.0f} ms)")
     for rank in (0, 1):
         shutil.copy(KINETO, _rank_dir(run_dir, rank) / KINETO_FILE)
     _add_nvml(run_dir)
@@ -298,13 +315,11 @@ def test_cut_middle_segment_keeps_every_cycle_on_its_step(source: Path, tmp_path
     lost = sorted(set(range(CYCLES)) - set(cycles.filter(pl.col("rank") == 0)["cycle"]))
     assert f"rank 0's cycles {lost[0]}-{lost[-1]} ({len(lost)} cycles)" in line
     assert lost[-1] < CYCLES - 1  # cycles after the loss were read
-    # and every common cycle starts within one cycle's time (a tick) on both ranks
-    both = cycles.filter(pl.col("rank") == 0).join(
-        cycles.filter(pl.col("rank") == 1), on="cycle", suffix="_1"
-    )
-    apart = (both["start_ns"] - both["start_ns_1"]).abs()
+    # and every common cycle starts within one cycle's time on both ranks, as in the run
+    # before the cut (a number off by one step would be a whole cycle apart)
+    apart, one, both = _apart(run_dir)
     assert both.height == per_rank[0]
-    assert apart.max() < TICK * 1e9, both.with_columns(apart=apart).sort("apart").tail(3)
+    assert apart.max() < one, both.with_columns(apart=apart).sort("apart").tail(3)
 
 
 def test_commands_on_a_partial_run_read_it(source: Path, tmp_path: Path) -> None:
