@@ -151,7 +151,7 @@ def measure(run_dir: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--cycles", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)

@@ -126,7 +126,9 @@ def demo_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     ap.add_argument("--calls", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=7)

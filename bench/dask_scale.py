@@ -25,7 +25,7 @@ def _peak_rss_mb() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--cycles", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=2)

@@ -93,7 +93,7 @@ def paths(size: str, cycles: int) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--model-size", default="large")
     ap.add_argument("--cycles", type=int, default=100)
     a = ap.parse_args()

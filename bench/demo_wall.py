@@ -26,7 +26,7 @@ def timed(cmd: list[str]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(
         "--extra", nargs=argparse.REMAINDER, default=[], help="more `tracekit demo` options"

@@ -462,7 +462,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", default="gpu_collector_out")
     ap.add_argument("--budget-s", type=float, default=400.0)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")

@@ -421,7 +421,7 @@ def _nccl_rank(rank: int, port: int) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", default="gpu_suite_out")
     ap.add_argument("--work", default="/tmp/gpu_suite")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")

@@ -36,7 +36,7 @@ def _tk(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
     ap.add_argument("--rounds", type=int, default=3, help="generate() calls a run")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

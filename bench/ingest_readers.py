@@ -91,7 +91,7 @@ def _reshape(ev: memoryview) -> bytes:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--file", type=Path, default=DEFAULT)
     ap.add_argument("--skip", default="", help="comma-separated candidate names to leave out")

@@ -199,7 +199,9 @@ if len(sys.argv) > 2:
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--skip-hta", action="store_true")

@@ -84,7 +84,7 @@ def pq_rows(run: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--events", type=int, default=4_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(

@@ -150,7 +150,7 @@ def _fmt(x: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("results", nargs="+", type=Path)
     ap.add_argument("--skip-groups", type=int, default=1, help="warm-up groups dropped")
     ap.add_argument("--stat", choices=["mean", "median"], default="mean")

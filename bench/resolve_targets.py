@@ -131,7 +131,9 @@ def table(adapter: str, versions: list[str]) -> tuple[list[str], int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     ap.add_argument("--sglang", nargs="*", default=SGLANG)
     ap.add_argument("--vllm", nargs="*", default=VLLM)

@@ -23,7 +23,7 @@ from tests.golden.cases import GOLDEN, produce, saved  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--check", action="store_true", help="compare only, write nothing")
     ap.add_argument("--keep", type=Path, help="also write the Perfetto traces into this folder")
     args = ap.parse_args(argv)

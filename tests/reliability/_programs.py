@@ -12,7 +12,14 @@
 - `raise@K`: `verify` raises ValueError at cycle K on every rank; the rank catches it, prints
   it, and goes on.
 - `noimport`: the ranks never import `work` (the module every target lives in).
+- `usage`: the server exits 2 on its arguments before starting a rank (as argparse does).
 - `forever`: ranks run until they are signalled (for the launcher signal tests).
+
+With `REL_LOCKSTEP=1` in the environment the ranks make one `draft` call outside any cycle (the
+recorder's first flush happens before they start), then start each cycle together, as ranks
+held by their collectives do: each writes a file `<cycle>-<rank>` in a directory the server
+made and waits until every rank's is there. A cycle number that names the same step on every
+rank then starts at the same time on each, within scheduling noise.
 
 Pure Python, no torch: a launch costs about a second of CPU.
 """
@@ -59,11 +66,21 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 
 def say(line):
     os.write(1, (line + "\\n").encode())  # one write a line: ranks print concurrently
+
+
+def meet(rank, i):
+    # wait until every rank reached cycle i (a file each in the server's directory)
+    where, world = os.environ["REL_MEET"], int(os.environ["WORLD_SIZE"])
+    open(os.path.join(where, f"{i}-{rank}"), "w").close()
+    names = [f"{i}-{r}" for r in range(world)]
+    while not all(os.path.exists(os.path.join(where, n)) for n in names):
+        time.sleep(0.0005)
 
 
 def rank_main(rank, cycles, fault):
@@ -76,7 +93,13 @@ def rank_main(rank, cycles, fault):
     w = Worker()
     total = 0
     i = 0
+    lockstep = os.environ.get("REL_LOCKSTEP") == "1"
+    if lockstep:  # one call outside any cycle first: the recorder's first flush (its imports)
+        w.draft(-1)  # is done before the ranks start, not inside their first cycles
+        time.sleep(0.3)
     while fault == "forever" or i < cycles:
+        if lockstep:
+            meet(rank, i)
         kill_here = fault == f"kill1@{i}" and rank == 1
         if kill_here:
             time.sleep(0.1)  # past the flush period: cycle i ends with a flush
@@ -93,11 +116,15 @@ def rank_main(rank, cycles, fault):
 
 if __name__ == "__main__":
     ranks, cycles, fault = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    if fault == "usage":
+        print("server.py: error: unrecognized arguments", file=sys.stderr)
+        sys.exit(2)
     if "RANK" in os.environ:
         sys.exit(rank_main(int(os.environ["RANK"]), cycles, fault))
     procs = []
+    meet = tempfile.mkdtemp(prefix="rel-meet-")
     for r in range(ranks):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks))
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), REL_MEET=meet)
         procs.append(subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env=env))
     codes = [p.wait() for p in procs]
     say(f"server: rank exit codes {codes}")

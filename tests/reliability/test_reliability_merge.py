@@ -210,15 +210,18 @@ def test_damaged_side_files_are_ignored_or_reported(good: Path, tmp_path: Path) 
     (nvml / "gpus.json").write_text('{"gpus": 3}')
     # WHEN it is merged
     code, output, exc = _merge(run_dir)
-    # THEN both ranks merge; run.json (it holds the cycle rule) and the NVML file are named once
+    # THEN both ranks merge; run.json (it holds the cycle rule), the NVML file and rank 1's
+    # manifest (its device and versions are unknown) are named once each
     assert code == 0, output
     assert exc is None, output
     warnings = [ln for ln in output.splitlines() if ln.startswith("tracekit: warning:")]
-    assert len(warnings) == 2, warnings
+    assert len(warnings) == 3, warnings
     assert f"{run_dir / 'run.json'}: not readable JSON" in warnings[0]
     assert "cycle rule is unknown" in warnings[0]
-    assert "counters.arrow" in warnings[1]
-    assert "not tracekit NVML samples" in warnings[1]
+    assert "counters.arrow" in warnings[2]
+    assert "not tracekit NVML samples" in warnings[2]
+    assert f"{d1 / 'manifest.json'}: a JSON list, not an object" in warnings[1]
+    assert "rank 1's manifest" in warnings[1]
     assert "Merged 2 rank(s)" in output
     assert read_table(run_dir, "cycles").height == 2 * CYCLES
 

@@ -44,7 +44,7 @@ def counters(llm: Any) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--method", default="ngram")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--compiled", action="store_true")

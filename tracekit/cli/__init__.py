@@ -80,6 +80,12 @@ class LazyGroup(click.Group):
             message = str(exc).strip() or type(exc).__name__
             click.echo(f"tracekit: error: {message}", err=True)
             ctx.exit(exc.exit_code)
+        except click.UsageError as exc:  # a command's arguments: one line, like the others
+            if exc.ctx is None or exc.ctx is ctx:
+                raise
+            name = exc.ctx.command_path
+            click.echo(f"tracekit: error: {exc.format_message()} (see `{name} --help`)", err=True)
+            ctx.exit(exc.exit_code)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Short help from the table: listing commands must not import them.

@@ -3,7 +3,8 @@
 RUN_DIR (argument or option), `-o/--output`, `-f/--force`, `--json`, `--rules/--impl-table`,
 `--all-cycles/--cycles`, `--scheduler/--workers`. A run directory that is not there, or lacks what
 the command reads, fails in `tracekit.store.layout.check_run_dir` with one line (InputError,
-exit 2) naming the path and what to pass instead; every RUN_DIR here goes through it.
+exit 2) naming the path and what to pass instead; every RUN_DIR here goes through it. An
+analysis command's run must also have a store that reads (`tracekit.store.reader.check_store`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ def run_dir_argument(
     def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
         if many:
             return tuple(check_run_dir(v, needs=needs) for v in value)
-        return check_run_dir(value, needs=needs)
+        path = check_run_dir(value, needs=needs)
+        if needs == "dir":  # an analysis command: its store must read (one line if not)
+            from tracekit.store.reader import check_store
+
+            check_store(path)
+        return path
 
     if many:
         return click.argument(
@@ -55,7 +61,11 @@ def run_dir_option(*decls: str, help: str) -> Callable[[F], F]:
     def check(_ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
         if value is None:
             return None
-        return check_run_dir(value, option=param.opts[0], hint=OTHER_RUN_HINT)
+        from tracekit.store.reader import check_store
+
+        path = check_run_dir(value, option=param.opts[0], hint=OTHER_RUN_HINT)
+        check_store(path)
+        return path
 
     return click.option(
         *decls, type=click.Path(path_type=Path), default=None, callback=check, help=help

@@ -193,7 +193,9 @@ def _print_outcome(result: LaunchResult) -> None:
             f"{m.counters} counter samples, {m.events} events",
             err=True,
         )
-        if result.run_manifest.get("node_rank") is not None:
+        if not m.ranks:
+            click.echo("Nothing to analyse: no rank recorded a call (see above)", err=True)
+        elif result.run_manifest.get("node_rank") is not None:
             run = result.run_dir.parent.parent
             click.echo(f"Next, once every node finished: tracekit merge {run}", err=True)
         else:

@@ -8,7 +8,12 @@ from pathlib import Path
 import click
 
 from tracekit.cli._analysis import echo_json
-from tracekit.cli._options import engine_options, json_option, output_option, run_dir_argument
+from tracekit.cli._options import (
+    engine_options,
+    json_option,
+    output_option,
+    run_dir_argument,
+)
 
 
 @click.command(name="merge")
@@ -25,8 +30,13 @@ from tracekit.cli._options import engine_options, json_option, output_option, ru
     help="Nodes the run had, when the parts do not say (a missing node is reported).",
 )
 @json_option(help="Print the merge result as JSON on stdout.")
+@click.option(
+    "-f", "--force", is_flag=True, help="Join into an `-o` directory that holds another run."
+)
 @engine_options
-def command(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json: bool) -> None:
+def command(
+    paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json: bool, force: bool
+) -> None:
     """Turn RUN_DIR/raw (written by `tracekit launch`) into the phases, cycles, manifests,
     counters and events tables. Missing or partial ranks are reported; the rest is merged.
 
@@ -44,7 +54,7 @@ def command(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_js
     from tracekit.store.parts import part_dirs
 
     if out is not None or len(paths) > 1 or part_dirs(paths[0]):
-        _join(paths, out, nnodes, as_json)
+        _join(paths, out, nnodes, as_json, force)
         return
     from tracekit.store.merge import merge
 
@@ -52,6 +62,14 @@ def command(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_js
     res = merge(run_dir)
     for w in res.warnings:
         click.echo(f"tracekit: warning: {w}", err=True)
+    if not res.ranks:
+        from tracekit.errors import InputError
+
+        msg = (
+            f"{run_dir}: nothing to merge: no process under raw/ recorded a call (see the "
+            "warnings above, or what `tracekit launch` said when the run ended)"
+        )
+        raise InputError(msg)
     if as_json:
         echo_json(
             {
@@ -75,7 +93,9 @@ def command(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_js
         click.echo(f"Next: tracekit summary {run_dir}", err=True)
 
 
-def _join(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json: bool) -> None:
+def _join(
+    paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json: bool, force: bool
+) -> None:
     from tracekit.distributed import current_engine
     from tracekit.errors import InputError
     from tracekit.store.parts import join, part_dirs
@@ -87,7 +107,9 @@ def _join(paths: tuple[Path, ...], out: Path | None, nnodes: int | None, as_json
             msg = "several parts need `-o RUN_DIR`, the run directory to join them into"
             raise InputError(msg)
     engine = current_engine()
-    res = join(list(paths), out, nnodes=nnodes, map_fn=engine.starmap if engine else None)
+    res = join(
+        list(paths), out, nnodes=nnodes, map_fn=engine.starmap if engine else None, force=force
+    )
     for w in res.warnings:
         click.echo(f"tracekit: warning: {w}", err=True)
     clock = [c.as_dict() for c in res.clock]

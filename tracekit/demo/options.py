@@ -49,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m tracekit.demo",
         description="A small tensor-parallel EAGLE-style speculative decoder (tracekit's demo).",
+        allow_abbrev=False,
     )
     p.add_argument(
         "--ranks",

@@ -131,7 +131,7 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
         write_json(layout.manifest, manifest)
     except OSError as exc:  # disk full: the child's exit code and raw data still matter most
         warn(f"could not write {layout.manifest} ({exc.strerror or exc}); the raw data is kept")
-    _say_what_was_recorded(pmap, manifest, unresolved, warn)
+    _say_what_was_recorded(pmap, manifest, unresolved, warn, sup.exit_code)
 
     result = LaunchResult(run_dir=run_dir, exit_code=sup.exit_code, run_manifest=manifest)
     if opts.merge:
@@ -144,9 +144,22 @@ def _say_what_was_recorded(
     manifest: dict[str, Any],
     unresolved: list[tuple[str, str]],
     warn: Callable[[str], None],
+    exit_code: int = 0,
 ) -> None:
-    """Targets that did not resolve in the program, or why nothing was recorded: once each."""
+    """The command's exit status when it failed, then targets that did not resolve in the
+    program, or why nothing was recorded: once each. A failed command that recorded nothing
+    is said to be the cause (it stopped before importing the server, e.g. on its arguments)."""
     targets = manifest["targets"]
+    nothing = not targets["patched"] and bool(targets["module_never_imported"])
+    if exit_code:
+        names = ", ".join(sorted({t.split(":")[0] for t in targets["module_never_imported"]}))
+        cause = (
+            f" before importing the modules of adapter `{pmap.name}` ({names}): that is why "
+            "nothing was recorded, not the phase map; see the command's output above"
+            if nothing and not recording_disabled()
+            else ""
+        )
+        warn(f"the command exited with status {exit_code}{cause}")
     at_start = {u for u, _ in unresolved}
     new_unresolved = [u["target"] for u in targets["unresolved"] if u["target"] not in at_start]
     if new_unresolved:
@@ -157,7 +170,7 @@ def _say_what_was_recorded(
             f"{ENV_DISABLE} is set, so the command ran launched but not recorded (the "
             "launcher's own cost); unset it to record"
         )
-    elif not targets["patched"] and never:
+    elif nothing and not exit_code:
         modules = sorted({t.split(":")[0] for t in never})
         warn(
             f"nothing was recorded: the program never imported the modules of adapter "

@@ -66,6 +66,14 @@ class RunLayout:
         return self.root / PERFETTO_FILE
 
 
+def run_dir_holding(path: Path) -> Path | None:
+    """The nearest directory above `path` that is a run directory (run.json, raw/ or store/)."""
+    for parent in path.resolve().parents:
+        if any((parent / name).exists() for name in (RUN_MANIFEST, RAW_DIR, STORE_DIR)):
+            return parent
+    return None
+
+
 def check_run_dir(
     path: Path, *, option: str | None = None, needs: Needs = "dir", hint: str = RUN_DIR_HINT
 ) -> Path:
@@ -76,7 +84,12 @@ def check_run_dir(
     `option` names the option the path came from (`--baseline`); its message then says so."""
     if not path.is_dir():
         where = f"{option} {path}" if option else str(path)
-        msg = f"{where}: no such run directory; {hint}"
+        if path.exists():
+            holder = run_dir_holding(path)
+            give = f": {holder}" if holder is not None else f" ({hint})"
+            msg = f"{where} is a file; give the run directory that holds it{give}"
+        else:
+            msg = f"{where}: no such run directory; {hint}"
         raise InputError(msg)
     if needs == "raw" and not RunLayout(path).raw.is_dir():
         msg = f"{path}: no `{RAW_DIR}/` directory; pass the run directory `tracekit launch` printed"

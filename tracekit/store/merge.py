@@ -7,8 +7,11 @@ and `counters` tables, plus `events` by ingesting full mode's Kineto traces. Mis
 ranks are reported (warnings) and the rest is merged. Re-running merge rewrites these tables.
 
 Rank of a process: `torch.distributed` rank it recorded, else the `RANK` environment variable;
-a single process with records and no rank is rank 0. Cycle numbers, nesting and cycle
+a single process with records and no rank is rank 0. Cycle numbers (run-wide, from the raw
+numbers the recorder stamps, so a lost segment moves no rank's numbers), nesting and cycle
 membership of the `phases` rows: tracekit/store/numbering.py (rules in store/placement.py).
+Damaged record files: tracekit/store/merge_damage.py (one warning each; nothing readable at
+all is an error).
 """
 
 from __future__ import annotations
@@ -23,8 +26,20 @@ import pyarrow as pa
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
-from tracekit.store.merge_checks import accept_failures, unseen_cycle_phase
-from tracekit.store.numbering import phases_and_cycles
+from tracekit.store.merge_checks import (
+    accept_failures,
+    ranks_disagree,
+    side_file_warnings,
+    unseen_cycle_phase,
+)
+from tracekit.store.merge_damage import (
+    damage_warnings,
+    lost_spans,
+    partial_words,
+    refuse_if_nothing_readable,
+    report_dropped,
+)
+from tracekit.store.numbering import CycleIds, cycle_ids, phases_and_cycles, raw_cycle_status
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
 from tracekit.store.raw.processes import ProcessData, read_processes
@@ -83,7 +98,12 @@ def _assign_ranks(procs: list[ProcessData], warnings: list[str]) -> None:
         unranked[0].rank, unranked[0].rank_source = 0, "single process"
     elif unranked:
         for p in unranked:
-            why = bad.get(p.pid) or p.damaged or "no torch.distributed rank, no RANK variable"
+            why = (
+                bad.get(p.pid)
+                or p.damaged
+                or p.info_error
+                or "no torch.distributed rank, no RANK variable"
+            )
             warnings.append(
                 f"pid {p.pid} recorded {p.n_records} calls but its rank is unknown ({why}); its "
                 "records are left out"
@@ -151,55 +171,6 @@ def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[
     return {rank: pa.concat_tables(tables) for rank, tables in parts.items()}
 
 
-def _dropped(p: ProcessData) -> dict[str, Any]:
-    d = p.info.get("dropped")
-    return d if isinstance(d, dict) and _as_int(d.get("segments")) else {}
-
-
-def _report_dropped(by_rank: dict[int, list[ProcessData]], warnings: list[str]) -> int:
-    """One warning line naming the record segments retention (`--keep`, `--keep-hours`)
-    deleted; returns the first raw cycle every rank kept whole (records of earlier cycles are
-    left out, so cycle numbers still line up across ranks), 0 when nothing was dropped."""
-    import datetime as dt
-
-    parts: list[str] = []
-    firsts: list[int] = []
-    align = all(len([p for p in g if p.n_records]) <= 1 for g in by_rank.values())
-    for rank in sorted(by_rank):
-        for p in by_rank[rank]:
-            cycles = [r["cycle"] for r in p.records if r["cycle"] >= 0]
-            first = min(cycles) if cycles else None
-            d = _dropped(p)
-            if not d:
-                if first is not None:
-                    firsts.append(first)
-                continue
-            when = ""
-            until = _as_int(d.get("until_ns"), high=2**63)
-            if until:
-                stamp = dt.datetime.fromtimestamp(until / 1e9, tz=dt.timezone.utc)
-                when = f", records up to {stamp:%Y-%m-%d %H:%M:%S} UTC"
-            i0, i1 = d.get("first_index"), d.get("last_index")
-            which = f"segment {i0}" if i0 == i1 else f"segments {i0}-{i1}"
-            reasons = "/".join(f"--{k}" for k in sorted(d.get("reasons") or {})) or "--keep"
-            parts.append(
-                f"rank {rank} (pid {p.pid}) {which} ({d.get('records', 0):,} records, "
-                f"{int(d.get('bytes', 0)) / 1e6:.1f} MB{when}; {reasons})"
-            )
-            if first is not None:
-                firsts.append(first + 1)  # the first kept cycle may have lost its start
-    if not parts:
-        return 0
-    common = max(firsts) if align and firsts else 0
-    tail = (
-        f"; every rank's cycles from raw cycle {common} on are merged (cycle 0 is that one)"
-        if common
-        else ""
-    )
-    warnings.append(f"retention dropped the oldest records: {'; '.join(parts)}{tail}")
-    return common
-
-
 def merge(run_dir: Path | str) -> MergeResult:
     """Merge `run_dir/raw/` into the run's store (the module's docstring says how)."""
     run_dir = Path(run_dir)
@@ -216,20 +187,29 @@ def merge(run_dir: Path | str) -> MergeResult:
     cycle_cfg: dict[str, Any] = dict(rule) if rule is not None else {}
 
     procs = read_processes(layout.raw)
+    refuse_if_nothing_readable(layout.raw, procs)
     _assign_ranks(procs, warnings)
     explained = _report_damaged(procs, warnings)
     by_rank: dict[int, list[ProcessData]] = {}
     for p in procs:
         if p.rank is not None and (p.n_records or p.manifest):
             by_rank.setdefault(p.rank, []).append(p)
-    first_cycle = _report_dropped(by_rank, warnings)
+    first_cycle = report_dropped(by_rank, warnings)
+    recs = {rank: _rank_records(group, first_cycle) for rank, group in by_rank.items()}
+    ids, statuses = _cycle_ids(recs, cycle_cfg, procs, warnings)
+    for p in procs:
+        if p.n_records and p.rank is not None:
+            have = {r for r, is_cycle in (statuses.get(p.rank) or {}).items() if is_cycle}
+            warnings.extend(damage_warnings(p, ids, have))
 
     for table in MERGED_TABLES:
         shutil.rmtree(layout.table_dir(table), ignore_errors=True)
+    for old in layout.table_dir("manifests").glob(f"rank=*/part-{COLLECTOR_MANIFEST_PART}.parquet"):
+        old.unlink()  # merge's own manifests (ingest's parts stay): a rank left out has none
     seen_phases: set[str] = set()
     for rank in sorted(by_rank):
         seen_phases |= _merge_rank(
-            run_dir, rank, by_rank[rank], run, cycle_cfg, first_cycle, result
+            run_dir, rank, by_rank[rank], recs[rank], run, cycle_cfg, ids, result
         )
     if result.phases:
         missing = unseen_cycle_phase(cycle_cfg, seen_phases)
@@ -239,6 +219,7 @@ def merge(run_dir: Path | str) -> MergeResult:
     failed = accept_failures(procs)
     if failed is not None:
         warnings.append(failed)
+    warnings.extend(side_file_warnings(procs, run, layout.raw))
 
     for rank, table in _counters(
         layout.raw, [p for g in by_rank.values() for p in g], warnings
@@ -269,26 +250,49 @@ def _report_damaged(procs: list[ProcessData], warnings: list[str]) -> set[int]:
     return explained
 
 
-def _merge_rank(
-    run_dir: Path,
-    rank: int,
-    group: list[ProcessData],
-    run: dict[str, Any],
-    cycle_cfg: dict[str, Any],
-    first_cycle: int,
-    result: MergeResult,
-) -> set[str]:
-    """Write one rank's phases, cycles and manifests; returns the phase names that ran."""
-    warnings = result.warnings
-    recs = [
+def _rank_records(group: list[ProcessData], first_cycle: int) -> list[dict[str, Any]]:
+    """A rank's decoded records (with `pid`), those of raw cycles before `first_cycle` left out."""
+    return [
         dict(r, pid=p.pid)
         for p in group
         for r in p.records
         if not first_cycle or r["cycle"] >= first_cycle
     ]
+
+
+def _cycle_ids(
+    recs: dict[int, list[dict[str, Any]]],
+    cycle_cfg: dict[str, Any],
+    procs: list[ProcessData],
+    warnings: list[str],
+) -> tuple[CycleIds, dict[int, dict[int, bool]]]:
+    """The run's cycle numbers (numbering.py) and each rank's raw cycles (none for a rank of
+    several processes); one warning if ranks count steps apart."""
+    got = {rank: raw_cycle_status(r, cycle_cfg) for rank, r in recs.items()}
+    statuses = {r: s for r, s in got.items() if s is not None}
+    spans = {rank: lost_spans([p for p in procs if p.rank == rank]) for rank in statuses}
+    ids = cycle_ids([(s, spans[rank]) for rank, s in statuses.items()])
+    said = ranks_disagree(ids.disagree, statuses)
+    if said is not None:
+        warnings.append(said)
+    return ids, statuses
+
+
+def _merge_rank(
+    run_dir: Path,
+    rank: int,
+    group: list[ProcessData],
+    recs: list[dict[str, Any]],
+    run: dict[str, Any],
+    cycle_cfg: dict[str, Any],
+    ids: CycleIds,
+    result: MergeResult,
+) -> set[str]:
+    """Write one rank's phases, cycles and manifests; returns the phase names that ran."""
+    warnings = result.warnings
     for p in group:
         if p.n_records and (not p.complete or not p.info.get("finished")):
-            why = p.read_error or "the process did not finish (killed?)"
+            why = partial_words(p)
             warnings.append(
                 f"rank {rank} (pid {p.pid}) is partial: {why}; kept its {p.n_records} records up to the last flush"
             )
@@ -302,7 +306,7 @@ def _merge_rank(
             "order; check the RANK of each process if that is not expected"
         )
     if recs:
-        phases, cycles = phases_and_cycles(recs, cycle_cfg)
+        phases, cycles = phases_and_cycles(recs, cycle_cfg, ids)
         write_partition(run_dir, "phases", rank, pa.Table.from_pylist(phases))
         write_partition(
             run_dir,
@@ -356,7 +360,13 @@ def _ingest_traces(run_dir: Path, traces: dict[Path, int], warnings: list[str]) 
     try:
         res = ingest(list(overrides), run_dir, rank_overrides=overrides)
     except TracekitError as exc:
-        warnings.append(f"some Kineto traces could not be ingested: {exc}")
-        return 0
+        done = getattr(exc, "result", None)
+        ok = {Path(f.path).resolve() for f in getattr(done, "files", [])}
+        lost = sorted({r for p, r in overrides.items() if p.resolve() not in ok})
+        warnings.append(
+            f"some Kineto traces could not be ingested: {exc}; ranks {lost} have no kernel "
+            "events (their phases and cycles are merged)"
+        )
+        return int(getattr(done, "events", 0))
     warnings.extend(res.warnings)
     return int(res.events)

@@ -1,10 +1,15 @@
 """What merge says about the phase map's rules when the records show they found nothing: a
-cycle rule whose phase never ran, accept rules the collector switched off after a failure."""
+cycle rule whose phase never ran, accept rules the collector switched off after a failure,
+ranks that count different steps as cycles; and about the side files of a rank that merged
+(a manifest, a Kineto trace, the NVML samples) that are missing or damaged."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from tracekit.store.raw.files import KINETO_FILE, MANIFEST_FILE, read_json
+from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR
 from tracekit.store.raw.processes import ProcessData
 
 
@@ -49,3 +54,59 @@ def accept_failures(procs: list[ProcessData]) -> str | None:
         "no acceptance from that rule (tokens/s and break-even need it): fix its `value` path "
         '(docs/phasemaps.md, "accept")'
     )
+
+
+def ranks_disagree(raws: list[int], statuses: dict[int, dict[int, bool]]) -> str | None:
+    """One warning when a raw cycle is a cycle on some ranks and not on others (the `require`
+    phase ran on some only): cycle numbers then follow the ranks where it is one."""
+    if not raws:
+        return None
+    raw = raws[0]
+    yes = sorted(r for r, s in statuses.items() if s.get(raw) is True)
+    no = sorted(r for r, s in statuses.items() if s.get(raw) is False)
+    return (
+        f"ranks count different steps as cycles at {len(raws)} raw cycle(s) (first: raw cycle "
+        f"{raw} is a cycle on ranks {yes}, not on ranks {no}, whose records of it lack the "
+        "cycle rule's `require` phase); cycle numbers follow the ranks where it is one, so "
+        "those ranks have no cycle of that number"
+    )
+
+
+def side_file_warnings(procs: list[ProcessData], run: dict[str, Any], raw: Path) -> list[str]:
+    """One warning a missing or damaged side file of a run that merged: a rank's manifest.json,
+    a full-mode rank's kineto.json.gz (when other ranks have one, or none has), the NVML
+    samples run.json says were taken, their GPU table."""
+    out: list[str] = []
+    ranked = [p for p in procs if p.rank is not None and p.n_records]
+    ranks = {p.rank for p in ranked if p.rank is not None}
+    traced = {p.rank for p in ranked if p.kineto is not None}
+    for p in ranked:
+        if p.manifest_error:
+            out.append(
+                f"{p.dir / MANIFEST_FILE}: {p.manifest_error}; rank {p.rank}'s manifest "
+                "(device, versions, environment) is unknown, its records are merged"
+            )
+    if run.get("mode") == "full" and ranked:
+        without = sorted(r for r in ranks if r not in traced)
+        if without:
+            example = next(p for p in ranked if p.rank == without[0])
+            out.append(
+                f"{example.dir / KINETO_FILE}: missing, and so on ranks {without} of this "
+                "full-mode run: they have no kernel events (the profiled window was not "
+                "reached, or the file was lost); their phases and cycles are merged"
+            )
+    nvml = raw / NVML_DIR
+    sampled = str(run.get("nvml", "")).startswith("sampled")
+    if sampled and ranked and not (nvml / COUNTERS_FILE).exists():
+        out.append(
+            f"{nvml / COUNTERS_FILE}: missing though run.json says NVML was sampled; the run "
+            "has no GPU counters"
+        )
+    if (nvml / COUNTERS_FILE).exists():
+        _gpus, why = read_json(nvml / GPUS_FILE)
+        if why or not (nvml / GPUS_FILE).exists():
+            out.append(
+                f"{nvml / GPUS_FILE}: {why or 'missing'}; GPU counters are filed by NVML index, "
+                "not by the rank that used the GPU"
+            )
+    return out

@@ -4,14 +4,20 @@
 Raw cycle numbers (the recorder's, per process) only say which records a cycle rule groups:
 with a cycle target every outermost call is a raw cycle, with `starts_with` a raw cycle starts
 at each outermost call of that phase. A raw cycle is a cycle when the map's `require` phase ran
-in it (a prefill batch is none); cycles are numbered from 0 per rank, in raw order (in start
-order when several processes of one rank recorded cycles: a restarted rank). Each phase row
-then gets its depth, parent and cycle from placement.py, like a trace's annotation ranges.
+in it (a prefill batch is none). The recorder counts raw cycles in memory, as each starts, so a
+raw number names the same step on every rank of a tensor-parallel run whatever records were
+lost. Cycle numbers are therefore given run-wide (`CycleIds`): raw numbers in order, counting
+those that are cycles on any rank, from the lowest raw number any rank kept; a raw cycle whose
+records every rank lost (a damaged segment) keeps its number too, as if it were a cycle, so
+the numbers after it do not move. A rank whose cycles several processes recorded (a restarted
+rank) numbers its own from 0, in start order. Each phase row then gets its depth, parent and
+cycle from placement.py, like a trace's annotation ranges.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import polars as pl
@@ -23,6 +29,7 @@ from tracekit.store.schema import PHASES
 CycleSource = Literal["cycle_target", "starts_with", "cycle_annotation", "phases", "cycles"]
 Row = dict[str, Any]
 RawKey = tuple[int, int]  # (pid, raw cycle number); pid 0 unless cycles are per process
+MAX_LOST_SPAN = 1_000_000  # raw cycles: a longer "lost" span is not numbered (a damaged value)
 
 
 def _phase_row_types() -> dict[str, pl.DataType]:
@@ -111,7 +118,11 @@ def _cycle(new: int, pid: int, start: int, end: int, accept: float | None, src: 
     }
 
 
-def _target_cycles(raw: _RawCycles, cycle_rows: list[Row]) -> list[Row]:
+def _number(ids: CycleIds | None, raw: _RawCycles, k: RawKey, so_far: int) -> int:
+    return ids.numbers[k[1]] if ids is not None and not raw.per_pid else so_far
+
+
+def _target_cycles(raw: _RawCycles, cycle_rows: list[Row], ids: CycleIds | None) -> list[Row]:
     """Cycles of a cycle target: its qualifying calls, spans and accept as recorded."""
     order: Callable[[Row], Any] = (
         (lambda r: (r["start_ns"], r["cycle"])) if raw.per_pid else (lambda r: r["cycle"])
@@ -125,11 +136,12 @@ def _target_cycles(raw: _RawCycles, cycle_rows: list[Row]) -> list[Row]:
         seen.add(k)
         acc = c["accept_len"] if c["accept_len"] is not None else raw.phase_accept(k)
         src = cycle_source("cycle_target")
-        cycles.append(_cycle(len(cycles), k[0], c["start_ns"], c["end_ns"], acc, src))
+        n = _number(ids, raw, k, len(cycles))
+        cycles.append(_cycle(n, k[0], c["start_ns"], c["end_ns"], acc, src))
     return cycles
 
 
-def _starts_with_cycles(raw: _RawCycles, starts_with: str) -> list[Row]:
+def _starts_with_cycles(raw: _RawCycles, starts_with: str, ids: CycleIds | None) -> list[Row]:
     """Cycles of a `starts_with` rule: each qualifying raw cycle's extent of phases."""
     firsts = {k: min(r["start_ns"] for r in group) for k, group in raw.groups.items()}
     started = [k for k in raw.groups if k[1] >= 0]
@@ -141,7 +153,8 @@ def _starts_with_cycles(raw: _RawCycles, starts_with: str) -> list[Row]:
             continue
         group = raw.groups[k]
         start, end = min(r["start_ns"] for r in group), max(r["end_ns"] for r in group)
-        cycles.append(_cycle(len(cycles), k[0], start, end, raw.phase_accept(k), src))
+        n = _number(ids, raw, k, len(cycles))
+        cycles.append(_cycle(n, k[0], start, end, raw.phase_accept(k), src))
     return cycles
 
 
@@ -175,11 +188,14 @@ def _placed(
     ]
 
 
-def phases_and_cycles(records: list[Row], cfg: dict[str, Any]) -> tuple[list[Row], list[Row]]:
+def phases_and_cycles(
+    records: list[Row], cfg: dict[str, Any], ids: CycleIds | None = None
+) -> tuple[list[Row], list[Row]]:
     """A rank's `phases` and `cycles` rows from its decoded records (with `pid`).
 
     `cfg`: the map's cycle rule (`require`, `starts_with`) and its accept rules of kind
-    "delta" (`delta_phases`: phase -> "arg" | "return", `cycle_delta`)."""
+    "delta" (`delta_phases`: phase -> "arg" | "return", `cycle_delta`). `ids`: the run's cycle
+    numbers (`cycle_ids`); without, the rank's cycles are numbered from 0."""
     rows = sorted(records, key=lambda r: (r["start_ns"], r["seq"]))
     phase_rows = [r for r in rows if r["kind"] == "phase"]
     inst = _nested(phase_rows)
@@ -190,10 +206,80 @@ def phases_and_cycles(records: list[Row], cfg: dict[str, Any]) -> tuple[list[Row
     cycle_rows = [r for r in rows if r["kind"] == "cycle"]
     raw = _RawCycles(phase_rows, cycle_rows, cfg)
     if cycle_rows:
-        cycles = _target_cycles(raw, cycle_rows)
+        cycles = _target_cycles(raw, cycle_rows, ids)
     elif cfg.get("starts_with"):
-        cycles = _starts_with_cycles(raw, cfg["starts_with"])
+        cycles = _starts_with_cycles(raw, cfg["starts_with"], ids)
     else:
         cycles = []
     phases = _placed(phase_rows, inst, cycles, raw.per_pid)
     return phases, [{k: v for k, v in c.items() if k != "pid"} for c in cycles]
+
+
+def raw_cycle_status(records: list[Row], cfg: dict[str, Any]) -> dict[int, bool] | None:
+    """Raw cycle number -> whether it is a cycle (the `require` rule), for one rank's records;
+    None when several of its processes recorded cycles (their raw numbers are per process)."""
+    cycle_rows = [r for r in records if r["kind"] == "cycle" and r["cycle"] >= 0]
+    phase_rows = [r for r in records if r["kind"] == "phase" and r["cycle"] >= 0]
+    if len({r.get("pid") for r in (cycle_rows or phase_rows)}) > 1:
+        return None
+    if cycle_rows:
+        keys = {r["cycle"] for r in cycle_rows}
+    elif cfg.get("starts_with"):
+        keys = {r["cycle"] for r in phase_rows}
+    else:
+        return {}
+    require = cfg.get("require")
+    ran = {r["cycle"] for r in phase_rows if r["phase"] == require}
+    return {k: require is None or k in ran for k in keys}
+
+
+@dataclass
+class CycleIds:
+    """The run's cycle numbers: raw cycle number -> cycle number, the same on every rank."""
+
+    numbers: dict[int, int] = field(default_factory=dict)
+    disagree: list[int] = field(default_factory=list)  # raw numbers the ranks count differently
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(s for s in spans if 0 <= s[1] - s[0] <= MAX_LOST_SPAN):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _within(raw: int, spans: list[tuple[int, int]]) -> bool:
+    return any(lo <= raw <= hi for lo, hi in spans)
+
+
+def cycle_ids(ranks: list[tuple[dict[int, bool], list[tuple[int, int]]]]) -> CycleIds:
+    """The run's cycle numbers from each rank's `raw_cycle_status` and the raw cycles it may
+    have lost (inclusive spans around each damage: the raw cycles on either side of one may
+    be partial). A raw number is a cycle when it is one on any rank; one that no rank read
+    whole (inside every lost span that touches it, and certain nowhere else) counts as one,
+    its number kept free. Ranks count a raw number differently (`disagree`) only where both
+    read it whole."""
+    true_any: set[int] = set()
+    certain: dict[int, set[bool]] = {}
+    for status, spans in ranks:
+        for raw, is_cycle in status.items():
+            if is_cycle:
+                true_any.add(raw)
+            if not _within(raw, spans):
+                certain.setdefault(raw, set()).add(is_cycle)
+    ids = CycleIds(disagree=sorted(r for r, s in certain.items() if len(s) > 1))
+    every = {raw for status, _ in ranks for raw in status}
+    if not every:
+        return ids
+    first = min(every)
+    lost = _merged(span for _, spans in ranks for span in spans)
+    unsure = {r for lo, hi in lost for r in range(max(lo, first), hi + 1) if r not in certain}
+    n = 0
+    for raw in sorted(every | unsure):
+        if raw in true_any or raw in unsure:
+            ids.numbers[raw] = n
+            n += 1
+    return ids

@@ -81,6 +81,30 @@ def expand(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+def _refuse_other_run(out: Path, parts_in: list[Path]) -> None:
+    """InputError when `out` holds a run other than the join of these parts (its run.json,
+    raw/ or store/ would be replaced); the parts' own run directory, or an earlier join of the
+    same parts, is rewritten."""
+    held = [n for n in ("run.json", "raw", "store") if (out / n).exists()]
+    if not held:
+        return
+    root = out.resolve()
+    if all(root in p.resolve().parents for p in parts_in):
+        return  # RUN itself, its parts under RUN/parts/
+    before = _read_run(out).get("parts")
+    paths = {str(p.resolve()) for p in parts_in}
+    if (
+        isinstance(before, list)
+        and {str(b.get("path")) for b in before if isinstance(b, dict)} == paths
+    ):
+        return
+    msg = (
+        f"{out} already holds another run ({', '.join(held)}); joining into it would replace "
+        "its tables: give a new `-o` directory, or add --force to replace that run"
+    )
+    raise InputError(msg)
+
+
 def _read_run(path: Path) -> dict[str, Any]:
     try:
         data = json.loads((path / "run.json").read_text())
@@ -206,8 +230,10 @@ def join(
     *,
     nnodes: int | None = None,
     map_fn: MapFn | None = None,
+    force: bool = False,
 ) -> JoinResult:
-    """Join the parts `paths` (see the module text) into the run directory `out`."""
+    """Join the parts `paths` (see the module text) into the run directory `out`; an `out`
+    holding another run is refused unless `force`."""
     out = Path(out)
     result = JoinResult(run_dir=out)
     parts_in = expand(paths)
@@ -218,6 +244,8 @@ def join(
     if out.resolve() in resolved:
         msg = f"{out}: is one of the parts; pass another directory with `-o`"
         raise InputError(msg)
+    if not force:
+        _refuse_other_run(out, parts_in)
     run_map = map_fn or _serial_map
     for warnings in run_map(merge_part, [(str(p),) for p in parts_in if needs_merge(p)]):
         result.warnings.extend(warnings)

@@ -48,6 +48,45 @@ def check_schema_version(path: Path) -> None:
         raise SchemaError(msg)
 
 
+def check_store(run_dir: Path) -> None:
+    """The store reads: every Parquet part's footer (StoreError, or SchemaError for a newer
+    schema, naming the first part that does not), and every rank whose records merge wrote
+    (manifests `process.records` > 0) has its `phases` and `cycles` parts. The analysis
+    commands check this before computing anything, so a damaged store gives one line and
+    exit 2 from each of them, and no page is written from it. A run with `raw/` and no table
+    has not been merged: that is said too."""
+    layout = RunLayout(Path(run_dir))
+    if layout.raw.is_dir() and not any(table_files(run_dir, t) for t in TABLES):
+        msg = (
+            f"{run_dir}: not merged yet (raw/ holds the collector's records, the store has "
+            f"none); run `tracekit merge {run_dir}` first"
+        )
+        raise StoreError(msg)
+    for table in TABLES:
+        for _rank, f in table_files(run_dir, table):
+            check_schema_version(f)
+    merged: list[int] = []
+    for rank, f in table_files(run_dir, "manifests"):
+        try:
+            t = pq.read_table(f, columns=["section", "key", "value"]).to_pydict()
+        except Exception as exc:  # pyarrow raises several types for damaged files
+            msg = f"{f}: not a readable Parquet file ({exc}); re-run `tracekit merge`"
+            raise StoreError(msg) from exc
+        rows = zip(t["section"], t["key"], t["value"], strict=True)
+        if any(s == "process" and k == "records" and v not in ("", "0") for s, k, v in rows):
+            merged.append(rank)
+    for table in ("phases", "cycles"):
+        have = {r for r, _ in table_files(run_dir, table)}
+        gone = sorted(set(merged) - have)
+        if gone:
+            where = RunLayout(Path(run_dir)).table_dir(table)
+            msg = (
+                f"{where}: no part for rank(s) {gone}, whose records merge wrote (the store "
+                f"is incomplete); re-run `tracekit merge {run_dir}`"
+            )
+            raise StoreError(msg)
+
+
 def has_table(run_dir: Path, table: str) -> bool:
     return bool(table_files(run_dir, table))
 

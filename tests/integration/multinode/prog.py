@@ -41,7 +41,7 @@ class Engine:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--cycles", type=int, default=40)
     args = p.parse_args()
     torch.set_num_threads(1)

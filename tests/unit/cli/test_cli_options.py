@@ -62,8 +62,16 @@ def test_check_run_dir(tmp_path: Path) -> None:
     (tmp_path / "run" / "raw").mkdir(parents=True)
     (tmp_path / "file").write_text("x")
     assert check_run_dir(tmp_path / "run", needs="raw") == tmp_path / "run"
-    with pytest.raises(InputError, match=r"file: no such run directory; give the directory"):
+    with pytest.raises(InputError, match=r"file is a file; give the run directory that holds"):
         check_run_dir(tmp_path / "file")
+    records = tmp_path / "run" / "raw" / "pid-1" / "records.arrow"
+    records.parent.mkdir()
+    records.write_bytes(b"")
+    run = (tmp_path / "run").resolve()
+    with pytest.raises(
+        InputError, match=f"records.arrow is a file; give the run directory that holds it: {run}$"
+    ):
+        check_run_dir(records)
     with pytest.raises(InputError, match=r"^--spec .*nope: no such run directory; try X$"):
         check_run_dir(tmp_path / "nope", option="--spec", hint="try X")
     (tmp_path / "bare").mkdir()

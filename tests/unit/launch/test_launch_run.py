@@ -83,10 +83,14 @@ def test_a_launch_writes_run_json_and_returns_the_commands_exit_code(
     assert run["killed_after_grace"] is False
     assert run["targets"]["patched"] == []
     assert len(run["targets"]["module_never_imported"]) == 3
-    # and the warnings are one line each: the package is not here, nothing was recorded
+    # and the warnings are one line each: the package is not here, the command's exit status
+    # first, saying it is why nothing was recorded (not a second "nothing was recorded" line)
     assert all("\n" not in w for w in said)
     assert any("tk_never_imported_mod not found" in w for w in said)
-    assert any(w.startswith("nothing was recorded") for w in said)
+    failed = [w for w in said if w.startswith("the command exited with status 3")]
+    assert len(failed) == 1, said
+    assert "that is why nothing was recorded" in failed[0]
+    assert not any(w.startswith("nothing was recorded") for w in said)
     assert res.merge_result is None  # merge=False
 
 

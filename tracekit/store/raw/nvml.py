@@ -41,12 +41,15 @@ def read_samples(path: Path) -> tuple[Any, list[str]]:
 
     warnings: list[str] = []
     table, _complete, err = read_stream(path, nvml_schema())
+    if table is None or table.num_rows == 0:
+        if err:
+            warnings.append(f"{path}: damaged ({err}); no GPU counters merged")
+        return None, warnings
     if err:
         warnings.append(
-            f"{path}: damaged after its last complete batch ({err}); kept what was readable"
+            f"{path}: damaged after its last complete batch ({err}); kept what was readable "
+            f"({table.num_rows:,} samples)"
         )
-    if table is None or table.num_rows == 0:
-        return None, warnings
     schema = nvml_schema()
     try:
         table = table.select(schema.names).cast(schema)
