@@ -61,6 +61,14 @@ def _load_code(directory: Path) -> None:
     REC, WRAP = loaded
 
 
+def _native_module() -> Any:
+    try:
+        from tracekit.collectors.recording.native import NATIVE
+    except ImportError:
+        return None
+    return NATIVE
+
+
 def _f(x: int) -> int:
     return x
 
@@ -74,10 +82,24 @@ def _loop(fn: Any, n: int) -> tuple[float, float]:
     return (t1 - t0) / n, (c1 - c0) / n
 
 
-def per_call(n: int, repeat: int, *, nested: bool, active: bool = True) -> dict[str, float]:
+def per_call(
+    n: int,
+    repeat: int,
+    *,
+    nested: bool,
+    active: bool = True,
+    native: bool = True,
+    flush_records: int = 10_000,
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
+        cfg: dict[str, Any] = {"native": native} if _has_native() else {}
         rec = REC.Recorder(
-            REC.RecorderConfig(raw_dir=Path(tmp) / "raw", flush_records=10_000, flush_seconds=1.0)
+            REC.RecorderConfig(
+                raw_dir=Path(tmp) / "raw",
+                flush_records=flush_records,
+                flush_seconds=1.0 if flush_records <= 10_000 else 1e6,
+                **cfg,
+            )
         )
         wrapped = WRAP.make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
         call = wrapped
@@ -103,6 +125,11 @@ def per_call(n: int, repeat: int, *, nested: bool, active: bool = True) -> dict[
         "wrapped_cpu_ns": wc,
         "overhead_cpu_ns": wc - pc,
     }
+
+
+def _has_native() -> bool:
+    """The measured recorder has the `native` switch (not an older `--code` one)."""
+    return "native" in getattr(REC.RecorderConfig, "__dataclass_fields__", {})
 
 
 def demo_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -143,6 +170,9 @@ def main() -> None:
         help="measure recorder.py and wrappers.py from this directory (an older version)",
     )
     ap.add_argument("--no-torch", action="store_true", help="skip the rows with torch imported")
+    ap.add_argument(
+        "--python-only", action="store_true", help="only the Python hot path (not the native one)"
+    )
     args = ap.parse_args()
     if args.code is not None:
         _load_code(args.code)
@@ -162,30 +192,52 @@ def main() -> None:
             # that one collection (~0.2 s here) would land in the first loop below; a server
             # that has run a while has long paid it. Later collections are measured.
             gc.collect()
-        for nested, active in ((False, True), (True, True), (False, False)):
-            r = per_call(args.calls, args.repeat, nested=nested, active=active)
-            rows.append(
-                {"torch_imported": torch_loaded, "nested_in_cycle": nested, "active": active, **r}
-            )
-    report: dict[str, Any] = {"python": sys.version.split()[0], "nvtx": nvtx_note, "per_call": rows}
+        paths = [True, False] if _has_native() and not args.python_only else [False]
+        for native in paths:
+            if native and _native_module() is None:
+                continue
+            cases = [(False, True, 10_000), (True, True, 10_000), (False, False, 10_000)]
+            cases.append((False, True, 10**9))  # no flush inside the loop: the call alone
+            for nested, active, flush in cases:
+                r = per_call(
+                    args.calls, args.repeat, nested=nested, active=active, native=native,
+                    flush_records=flush,
+                )  # fmt: skip
+                rows.append(
+                    {"torch_imported": torch_loaded, "nested_in_cycle": nested,
+                     "active": active, "hot_path": "native" if native else "python",
+                     "flush_in_loop": flush <= 10_000, **r}
+                )  # fmt: skip
+    report: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "nvtx": nvtx_note,
+        "load_average": os.getloadavg(),
+        "per_call": rows,
+    }
     if args.demo:
         runs = demo_runs(args)
         report["demo"] = runs
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"Python {report['python']}, {nvtx_note}; {args.calls} calls x {args.repeat}, median")
+    load = ", ".join(f"{x:.1f}" for x in report["load_average"])
     print(
-        "| torch imported | phase | unwrapped ns/call | wrapped ns/call | overhead µs/call (wall) "
-        "| overhead µs/call (thread CPU) |"
+        f"Python {report['python']}, {nvtx_note}; {args.calls} calls x {args.repeat}, median; "
+        f"load average {load}"
     )
-    print("|---|---|---|---|---|---|")
+    print(
+        "| torch imported | hot path | phase | unwrapped ns/call | wrapped ns/call "
+        "| overhead µs/call (wall) | overhead µs/call (thread CPU) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         where = "nested in a cycle" if r["nested_in_cycle"] else "top level"
+        if not r["flush_in_loop"]:
+            where += ", no flush in the loop"
         if not r["active"]:
             where = "recorder inactive (pass-through)"
         print(
-            f"| {'yes' if r['torch_imported'] else 'no'} | {where} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} | {r['overhead_cpu_ns'] / 1000:.2f} |"
+            f"| {'yes' if r['torch_imported'] else 'no'} | {r['hot_path']} | {where} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} | {r['overhead_cpu_ns'] / 1000:.2f} |"
         )
     if args.demo:
 

@@ -21,6 +21,7 @@ from typing import Any
 from tracekit.collectors import phasemap
 from tracekit.collectors.importhook import PostImportHook
 from tracekit.collectors.recorder import EXIT_DEADLINE_S, Mode, Recorder, RecorderConfig
+from tracekit.collectors.recording import native
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import install, resolve_owner
@@ -210,6 +211,8 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         "adapter": config.adapter,
         "mode": mode,
         "gpu_sample": config.gpu_sample,
+        "hot_path": native.hot_path_name(rec._native)
+        + (f" ({native.WHY_NOT})" if native.WHY_NOT else ""),
         "start_ns": time.time_ns(),
         "instrumented": True,
     }
@@ -218,6 +221,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
 
         window = CycleWindow.parse(os.environ.get(ENV_PROFILE_CYCLES, "2:3"))
         rec.profile = ProfileWindow(window, rec.dir, require=pmap.cycle.require)
+    native.say_once()  # the extension did not load: the Python path, said once a process
     hook = PostImportHook()
     rt = Runtime(rec, hook, pmap)
     _RUNTIME = rt
