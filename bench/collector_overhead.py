@@ -6,7 +6,10 @@ Figures for docs/BENCHMARKS.md, "Collector overhead".
    light-mode recorder that writes to a temporary run directory (flush every 10,000 records;
    NVTX skipped unless a tool is attached). Measured before and after `import torch` (with
    torch loaded every call also asks whether torch.compile is tracing; one `gc.collect()` right
-   after the import), for a top-level phase and for a phase nested in a cycle, and with the recorder inactive (the wrapper's pass-through). Median of
+   after the import), on the native hot path and the Python one: a top-level phase (with the
+   flush of every 10,000 rows, and without any flush in the loop), a top-level phase inside an
+   open cycle, a phase nested in a phase (depth 1), and the recorder inactive (the wrapper's
+   pass-through). Median of
    `--repeat` runs, wall clock (`perf_counter_ns`) and this thread's CPU time
    (`thread_time_ns`, which a loaded machine disturbs less).
 2. Demo cycle (`--demo`; budget on a GPU: 1% of the cycle): `python -m tracekit.demo` with and
@@ -87,6 +90,7 @@ def per_call(
     repeat: int,
     *,
     nested: bool,
+    in_cycle: bool = False,
     active: bool = True,
     native: bool = True,
     flush_records: int = 10_000,
@@ -104,15 +108,18 @@ def per_call(
         wrapped = WRAP.make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
         call = wrapped
         rec.active = active  # inactive: the wrapper's pass-through
-        if nested:
-            # the phase runs inside an open cycle-target call: depth 1, no flush between calls
-            cyc = WRAP.make_wrapper(lambda: None, Site(Target("bench", "step"), cycle=True), rec)
-            fr = rec.enter(cyc.__tracekit_site__)  # type: ignore[attr-defined]
+        if nested or in_cycle:
+            # nested: inside an open phase call (depth 1, never a flush); in_cycle: a top-level
+            # phase inside an open cycle-target call (flushes wait for 4x the batch)
+            site = Site(Target("bench", "o"), phase="outer") if nested else None
+            if site is None:
+                site = Site(Target("bench", "step"), cycle=True)
+            fr = rec.enter(site)
         plain, wrap = [], []
         for _ in range(repeat):
             plain.append(_loop(_f, n))
             wrap.append(_loop(call, n))
-        if nested:
+        if nested or in_cycle:
             rec.exit(fr, True, None)
         rec.close()
     p, w = statistics.median(x[0] for x in plain), statistics.median(x[0] for x in wrap)
@@ -196,17 +203,23 @@ def main() -> None:
         for native in paths:
             if native and _native_module() is None:
                 continue
-            cases = [(False, True, 10_000), (True, True, 10_000), (False, False, 10_000)]
-            cases.append((False, True, 10**9))  # no flush inside the loop: the call alone
-            for nested, active, flush in cases:
+            # (where, nested, in a cycle, active, flush every): "top" pays the flush of every
+            # 10,000 rows; "top, no flush" is the call alone
+            cases = [
+                ("top level", False, False, True, 10_000),
+                ("top level, no flush in the loop", False, False, True, 10**9),
+                ("top level inside an open cycle", False, True, True, 10_000),
+                ("nested in a phase (depth 1)", True, False, True, 10_000),
+                ("recorder inactive (pass-through)", False, False, False, 10_000),
+            ]
+            for where, nested, in_cycle, active, flush in cases:
                 r = per_call(
-                    args.calls, args.repeat, nested=nested, active=active, native=native,
-                    flush_records=flush,
+                    args.calls, args.repeat, nested=nested, in_cycle=in_cycle, active=active,
+                    native=native, flush_records=flush,
                 )  # fmt: skip
                 rows.append(
-                    {"torch_imported": torch_loaded, "nested_in_cycle": nested,
-                     "active": active, "hot_path": "native" if native else "python",
-                     "flush_in_loop": flush <= 10_000, **r}
+                    {"torch_imported": torch_loaded, "where": where,
+                     "hot_path": "native" if native else "python", **r}
                 )  # fmt: skip
     report: dict[str, Any] = {
         "python": sys.version.split()[0],
@@ -231,13 +244,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        where = "nested in a cycle" if r["nested_in_cycle"] else "top level"
-        if not r["flush_in_loop"]:
-            where += ", no flush in the loop"
-        if not r["active"]:
-            where = "recorder inactive (pass-through)"
         print(
-            f"| {'yes' if r['torch_imported'] else 'no'} | {r['hot_path']} | {where} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} | {r['overhead_cpu_ns'] / 1000:.2f} |"
+            f"| {'yes' if r['torch_imported'] else 'no'} | {r['hot_path']} | {r['where']} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} | {r['overhead_cpu_ns'] / 1000:.2f} |"
         )
     if args.demo:
 

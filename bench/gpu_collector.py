@@ -70,7 +70,8 @@ def child_env() -> dict[str, str]:
     variables of an outer run removed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}
     old = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + old if old else "")
+    # appended: a tracekit layout already on PYTHONPATH (the device's _pp) keeps precedence
+    env["PYTHONPATH"] = (old + os.pathsep if old else "") + str(ROOT)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

@@ -31,7 +31,7 @@
 static PyObject *s_active, *s_nvtx, *s_profile, *s_info, *s_is_compiling, *s_compiler,
     *s_flag, *s_cuda, *s_initialized, *s_capturing, *s_loc, *s_ts, *s_thread, *s_cycle,
     *s_next_seq, *s_gpu_begin, *s_gpu_end, *s_accept, *s_rows, *s_flush_bytes, *s_flush_ns,
-    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch;
+    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key;
 
 static int intern_names(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1
@@ -44,6 +44,7 @@ static int intern_names(void) {
     I(s_flush_bytes, "_flush_bytes"); I(s_flush_ns, "_flush_ns");
     I(s_last_flush, "_last_flush"); I(s_flush, "flush"); I(s_fail, "fail");
     I(s_probe_torch, "_probe_torch"); I(s_torch, "torch");
+    I(s_cache_key, "tracekit.collectors.recording._native:thread");
 #undef I
     return 0;
 }
@@ -123,10 +124,9 @@ typedef struct {
     long long clock_offset;
 } PhaseCall;
 
-/* The last (recorder thread-local, ThreadState) this thread used: a `threading.local`
- * attribute read saved a call. Strong references, so a pointer is never reused under it. */
-static _Thread_local PyObject *tl_loc = NULL;
-static _Thread_local PyObject *tl_ts = NULL;
+/* The last (recorder thread-local, ThreadState) pair this thread used, kept in the thread's
+ * own state dict (freed with the thread): a `threading.local` attribute read saved a call.
+ * It holds both objects, so a pointer is never reused under it. */
 
 static inline long long now_ns(long long offset) {
     struct timespec t;
@@ -199,7 +199,14 @@ static void report_failure(PhaseCall *self, const char *where) {
 static PyObject *thread_state(PyObject *rec, PyObject *d) {
     PyObject *loc = dget(d, s_loc);
     if (!loc) { PyErr_SetObject(PyExc_AttributeError, s_loc); return NULL; }
-    if (loc == tl_loc && tl_ts) { Py_INCREF(tl_ts); return tl_ts; }
+    PyObject *tdict = PyThreadState_GetDict(); /* borrowed; NULL only without a thread state */
+    PyObject *hit = tdict ? PyDict_GetItemWithError(tdict, s_cache_key) : NULL;
+    if (hit && PyTuple_GET_ITEM(hit, 0) == loc) {
+        PyObject *ts = PyTuple_GET_ITEM(hit, 1);
+        Py_INCREF(ts);
+        return ts;
+    }
+    if (PyErr_Occurred()) return NULL;
     PyObject *ts = PyObject_GetAttr(loc, s_ts);
     if (!ts) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
@@ -207,9 +214,15 @@ static PyObject *thread_state(PyObject *rec, PyObject *d) {
         ts = PyObject_CallMethodNoArgs(rec, s_thread);
         if (!ts) return NULL;
     }
-    Py_INCREF(loc); Py_INCREF(ts);
-    Py_XSETREF(tl_loc, loc);
-    Py_XSETREF(tl_ts, ts);
+    if (tdict) {
+        PyObject *pair = PyTuple_Pack(2, loc, ts);
+        if (!pair || PyDict_SetItem(tdict, s_cache_key, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(ts);
+            return NULL;
+        }
+        Py_DECREF(pair);
+    }
     return ts;
 }
 
@@ -276,6 +289,7 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     if (ts->internal) { Py_DECREF(tso); return 1; }
     e->ts = ts; /* owned from here */
     PyObject *stack = ts->stack;
+    if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
     Py_ssize_t depth = PyList_GET_SIZE(stack);
     e->depth = (int)depth;
     e->parent = -1;
@@ -345,9 +359,13 @@ static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
         if (!r) return -1;
         Py_DECREF(r);
     }
-    Py_ssize_t n = PyList_GET_SIZE(ts->stack);
+    PyObject *stack = ts->stack;
+    if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
+    Py_ssize_t n = PyList_GET_SIZE(stack);
     if (!n) { PyErr_SetString(PyExc_IndexError, "pop from empty list"); return -1; }
-    if (PyList_SetSlice(ts->stack, n - 1, n, NULL) < 0) return -1;
+    PyObject *top = PyList_GET_ITEM(stack, n - 1); /* list.pop(): the size shrinks, the */
+    Py_SET_SIZE(stack, n - 1);                     /* allocation stays for the next push */
+    Py_DECREF(top);
     double acc = NAN;
     if (result && self->acc_path != Py_None) {
         PyObject *r = PyObject_CallMethod(self->rec, "_accept", "OO()OO", result, self->acc_path,

@@ -363,7 +363,7 @@ class HotPath(Lifecycle):
         `is_dynamo_compiling()` to True) the call goes straight to `fn`, so traced code never
         reaches the C object (a graph break) nor reads recorder state past this check."""
         rec = self
-        if self._dynamo is None and "torch" in _modules:
+        if self._is_compiling is None and "torch" in _modules:
             self._probe_torch()  # the shim's check is live from the first call
         native = self._native.PhaseCall(
             self, fn, site, generic, acc_path, starts_cycle, CLOCK_OFFSET_NS

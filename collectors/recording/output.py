@@ -118,9 +118,7 @@ class Output(GpuEvents):
 
         buf = self._rows
         size = len(buf) - len(buf) % _ROW.size
-        # one copy (the slice, a bytearray of its own that numpy reads in place): the buffer
-        # itself is never exported, so the threads appending meanwhile never meet a BufferError
-        rows = np.frombuffer(buf[:size], dtype=row_dtype())
+        rows = np.frombuffer(bytes(buf[:size]), dtype=row_dtype())
         if self._gpu_pending and not final:
             pending = np.fromiter((seq for seq, _, _ in self._gpu_pending), dtype=np.int64)
             wait = np.isin(rows["seq"], pending)

@@ -84,6 +84,9 @@ def test_wheel_layout(wheel: Path) -> None:
         assert rel.as_posix() in names, f"{rel.parent} is missing from pyproject's packages"
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tracekit = tracekit.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    # the native hot path is compiled in (a compiler is here), its C sources are not shipped
+    assert [n for n in names if n.startswith("tracekit/collectors/recording/_native.")]
+    assert not [n for n in names if n.endswith((".c", ".h"))]
 
 
 @pytest.mark.slow
@@ -112,7 +115,9 @@ def test_wheel_imports_and_runs(wheel: Path, tmp_path: Path) -> None:
         "import tracekit.store.ingest;"
         f"assert tracekit.__file__.startswith({str(target)!r}), tracekit.__file__;"
         f"assert tracekit.analyzers.__file__.startswith({str(target)!r});"
-        f"assert tracekit.collectors.__file__.startswith({str(target)!r})"
+        f"assert tracekit.collectors.__file__.startswith({str(target)!r});"
+        "from tracekit.collectors.recording import native;"
+        "assert native.NATIVE is not None, native.WHY_NOT"
     )
     # cwd outside the checkout, so the source tree cannot shadow the installed copy
     subprocess.run(
