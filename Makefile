@@ -27,6 +27,7 @@ install: $(VENV)/.installed
 # fallback (TRACEKIT_NATIVE=0), which must record the same.
 NATIVE_SRC := $(wildcard collectors/recording/_native*.c collectors/recording/_native.h)
 $(VENV)/.native: $(VENV)/.installed setup.py $(NATIVE_SRC)
+	rm -f collectors/recording/_native*.so  # the extension is optional: never test a stale one
 	$(PIP) install -q --no-deps --no-build-isolation -e .
 	touch $@
 

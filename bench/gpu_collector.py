@@ -11,15 +11,16 @@ In order, each part written out before the next starts (the budget skips what do
    and wall clock; medians of `--repeat`): bare call; a lone outermost phase (consecutive calls
    share boundary events), the same with sharing off (2 events a call, the old behaviour) and
    with `--gpu-sample 8`; a demo-shaped cycle (cycle target + draft, verify, draft_extend:
-   4 wrapped calls) with the defaults (native hot path, driver-API events), with
-   `--gpu-sample 8`, with torch's events, and on the Python path, per wrapped call; a nested
+   4 wrapped calls) with the defaults (native hot path, torch's events), with
+   `--gpu-sample 8`, with driver-API events, and on the Python path, per wrapped call; a nested
    phase (native, Python); the inactive wrapper; one `torch.cuda.Event.record` against one
    driver-API `CudaEvent.record`, the capture check, and one span timed both ways.
 2. `ab`: each demo path (baseline decode graph, verify extend, verify graph) under
    `tracekit launch --no-merge` with `python -m tracekit.demo --ab-blocks B`: recording off and
    on in ABBA blocks inside one process; light mode's cost in % of the cycle with 95%
    intervals (bench/overhead_ab.py).
-3. `ab8`: part 2 again with `--gpu-sample 8`.
+3. `abdrv`: part 2 with driver-API events (`TRACEKIT_GPU_EVENTS=driver`); `ab8`: part 2
+   with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`).
 4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
    raw records (pyarrow only: no merge, no polars), sampled / unsampled - 1; and, inside the
@@ -118,7 +119,14 @@ class Bench:
 
     # -- one demo run under tracekit launch ---------------------------------------------------
     def demo(
-        self, name: str, path: str, *, cycles: int, gpu_sample: int = 1, ab_blocks: int = 0
+        self,
+        name: str,
+        path: str,
+        *,
+        cycles: int,
+        gpu_sample: int = 1,
+        ab_blocks: int = 0,
+        env: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         a = self.a
         result = self.work / f"{name}.json"
@@ -139,7 +147,7 @@ class Bench:
         try:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                env=child_env(), check=False,
+                env={**child_env(), **(env or {})}, check=False,
             )  # fmt: skip
             rc, output = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
@@ -186,7 +194,7 @@ class Bench:
         self.save()
         self.log(f"micro: {json.dumps(self.results['micro'])}")
 
-    def ab(self, key: str, gpu_sample: int) -> None:
+    def ab(self, key: str, gpu_sample: int, env: dict[str, str] | None = None) -> None:
         a = self.a
         ab = _overhead_ab()
         out: dict[str, Any] = self.results.setdefault(key, {})
@@ -195,7 +203,7 @@ class Bench:
                 return
             data = self.demo(
                 f"{key}_{path}", path, cycles=a.ab_cycles, gpu_sample=gpu_sample,
-                ab_blocks=a.ab_block,
+                ab_blocks=a.ab_block, env=env,
             )  # fmt: skip
             if data is None:
                 out[path] = {"error": "run failed"}
@@ -399,9 +407,9 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
         "native" if native_mod.NATIVE is not None else f"python ({native_mod.WHY_NOT})"
     )
     cycle_cases = [
-        ("cycle", 1, True, True),  # the defaults
-        ("cycle_sample8", 8, True, True),
-        ("cycle_torch_events", 1, True, False),  # native hot path, torch's events
+        ("cycle", 1, True, False),  # the defaults (native hot path, torch's events)
+        ("cycle_sample8", 8, True, False),
+        ("cycle_driver_events", 1, True, True),  # native hot path, driver-API events
         ("cycle_python", 1, False, False),  # the Python path (TRACEKIT_NATIVE=0)
         ("cycle_python_sample8", 8, False, False),
     ]
@@ -479,7 +487,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
             ("outermost_sample8_cost", "outermost, --gpu-sample 8"),
             ("cycle_cost_per_call", "demo-shaped cycle, per call"),
             ("cycle_sample8_cost_per_call", "demo-shaped cycle, --gpu-sample 8"),
-            ("cycle_torch_events_cost_per_call", "cycle, native path, torch's events"),
+            ("cycle_driver_events_cost_per_call", "cycle, native path, driver-API events"),
             ("cycle_python_cost_per_call", "cycle, Python path (torch's events)"),
             ("cycle_python_sample8_cost_per_call", "cycle, Python path, --gpu-sample 8"),
             ("nested_cost", "nested phase"),
@@ -504,7 +512,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for k in ("cycle_events_per_cycle", "cycle_sample8_events_per_cycle"):
             if k in m:
                 lines.append(f"  {k}: {m[k]}")
-    for key in ("ab", "ab8"):
+    for key in ("ab", "abdrv", "ab8", "abpy"):
         for path, r in (results.get(key) or {}).items():
             if "cost_pct" in r:
                 lines.append(
@@ -558,7 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = [
         ("micro", b.micro, 30.0),
         ("ab", lambda: b.ab("ab", 1), 60.0),
+        ("abdrv", lambda: b.ab("abdrv", 1, {"TRACEKIT_GPU_EVENTS": "driver"}), 60.0),
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
+        ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
         ("sampling", b.sampling, 60.0),
     ]
     for name, fn, need in steps:

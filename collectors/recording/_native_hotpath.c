@@ -116,6 +116,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;
     PyObject *rec, *dict, *fn, *site, *generic, *acc_path, *site_id, *code_obj;
     PyObject *seq_fn, *seq_iter; /* the recorder's `_next_seq` and the count it belongs to */
     IntCache last_flush, flush_ns, flush_bytes;
@@ -436,6 +437,9 @@ static PyObject *pc_call(PhaseCall *self, PyObject *args, PyObject *kwargs) {
     return result;
 }
 
+static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
+                               PyObject *kwnames);
+
 static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"rec", "fn", "site", "generic", "acc_path", "starts_cycle",
                          "clock_offset", NULL};
@@ -450,6 +454,7 @@ static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PhaseCall *self = (PhaseCall *)type->tp_alloc(type, 0);
     if (!self) { Py_DECREF(dict); return NULL; }
     self->dict = dict;
+    self->vectorcall = pc_vectorcall;
     Py_INCREF(rec); self->rec = rec;
     Py_INCREF(fn); self->fn = fn;
     Py_INCREF(site); self->site = site;
@@ -492,15 +497,30 @@ static PyGetSetDef pc_getset[] = {
     {NULL},
 };
 
+/* The shim's call: native(args, kwargs), the wrapper's own tuple and dict passed as they are
+ * (no copy of either; an empty dict is no keywords). */
+static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
+                               PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 2 || kwnames || !PyTuple_Check(argv[0]) || !PyDict_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "PhaseCall takes (args tuple, kwargs dict)");
+        return NULL;
+    }
+    PyObject *kwargs = PyDict_GET_SIZE(argv[1]) ? argv[1] : NULL;
+    return pc_call((PhaseCall *)self, argv[0], kwargs);
+}
+
 PyTypeObject PhaseCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tracekit.collectors.recording._native.PhaseCall",
     .tp_basicsize = sizeof(PhaseCall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "PhaseCall(rec, fn, site, generic, acc_path, starts_cycle, clock_offset): the "
-              "recording body of a phase site's sync wrapper (HotPath.sync_call).",
+              "recording body of a phase site's sync wrapper (HotPath.sync_call), called as "
+              "native(args, kwargs).",
     .tp_new = pc_new,
-    .tp_call = (ternaryfunc)pc_call,
+    .tp_vectorcall_offset = offsetof(PhaseCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
     .tp_dealloc = (destructor)pc_dealloc,
     .tp_traverse = (traverseproc)pc_traverse,
     .tp_clear = (inquiry)pc_clear,

@@ -96,10 +96,11 @@ class GpuEvents(RecorderState):
         return ev
 
     def _event_maker(self) -> Callable[[], Any]:
-        """What makes this process's timing events: the native extension's `CudaEvent` (the
-        driver API, a tenth of `torch.cuda.Event.record`'s CPU cost on the H200 machine,
-        docs/BENCHMARKS.md) where it loads and records on this thread, else torch's. Chosen
-        once (the calibration), so every event of a process is of one kind."""
+        """What makes this process's timing events: with `driver_events` (opt-in,
+        `TRACEKIT_GPU_EVENTS=driver`) the native extension's `CudaEvent` (the driver API, without
+        the Python layers of `torch.cuda.Event.record`) where it loads and records on this
+        thread, else torch's. Chosen once (the calibration), so every event of a process is of
+        one kind."""
         cuda = self._cuda
         native = self._native
         why = "off" if native is None else ""

@@ -373,7 +373,7 @@ class HotPath(Lifecycle):
             dyn = rec._dynamo
             if dyn is not None and dyn():
                 return fn(*args, **kwargs)
-            return native(*args, **kwargs)
+            return native(args, kwargs)  # the tuple and dict as they are (no copies)
 
         call.__tracekit_native__ = native  # type: ignore[attr-defined]
         return call

@@ -83,9 +83,11 @@ def _program(rec: Recorder) -> dict[str, Any]:
 
 
 def _run(tmp_path: Path, name: str, *, use_native: bool, cycles: int = 6) -> Recorder:
-    rec = Recorder(
-        RecorderConfig(raw_dir=tmp_path / name / "raw", flush_records=5, native=use_native)
+    # flushes by count only (5 rows), so both runs flush at the same calls however slow
+    cfg = RecorderConfig(
+        raw_dir=tmp_path / name / "raw", flush_records=5, flush_seconds=1e6, native=use_native
     )
+    rec = Recorder(cfg)
     p = _program(rec)
     for n in range(cycles):
         assert p["st"](n).accept_len == n
@@ -258,3 +260,29 @@ def test_threads_and_interleaved_recorders_keep_their_own_state(tmp_path: Path) 
         assert len({r[5] for r in rows}) == len(rows)  # seq unique
         assert all(r[2] == 0 and r[3] == -1 for r in rows)  # depth 0, no parent
         rec.close()
+
+
+@needs_native
+def test_driver_events_fall_back_to_torch_where_the_driver_is_missing(tmp_path: Path) -> None:
+    # GIVEN no CUDA driver on this machine (where one is, the device script measures it)
+    assert native.NATIVE is not None
+    why = native.NATIVE.driver_error()
+    if why is None:
+        pytest.skip("a CUDA driver is here")
+    assert "libcuda" in why
+    with pytest.raises(RuntimeError, match="driver API unavailable"):
+        native.NATIVE.CudaEvent(lambda d: 0, lambda: 0)
+    # WHEN a recorder asked for driver events calibrates on a (fake) CUDA device
+    from tests.unit.collectors.test_collectors_gpu_events import FakeCuda
+
+    cuda = FakeCuda()
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", driver_events=True))
+    rec._is_compiling = lambda: False
+    rec._cuda = cuda
+    w = make_wrapper(lambda: 1, Site(Target("m", "e"), phase="p"), rec)
+    for _ in range(4):
+        w()
+    # THEN it uses torch's events and says why in process.json
+    assert rec.process_info["gpu_events"].startswith("torch (")
+    assert cuda.records >= 2
+    rec.close()
