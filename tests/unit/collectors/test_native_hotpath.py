@@ -286,3 +286,16 @@ def test_driver_events_fall_back_to_torch_where_the_driver_is_missing(tmp_path: 
     assert rec.process_info["gpu_events"].startswith("torch (")
     assert cuda.records >= 2
     rec.close()
+
+
+def test_a_missing_extension_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an install where the extension did not load (no compiler at install)
+    monkeypatch.setattr(native, "NATIVE", None)
+    monkeypatch.setattr(native, "WHY_NOT", "the C extension did not load (No module named x)")
+    monkeypatch.setattr(native, "_said", False)
+    # THEN the first note names why and what runs instead; later ones say nothing
+    line = native.note()
+    assert line is not None
+    assert "No module named x" in line
+    assert "Python path" in line
+    assert native.note() is None
