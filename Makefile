@@ -28,7 +28,7 @@ install: $(VENV)/.installed
 NATIVE_SRC := $(wildcard collectors/recording/_native*.c collectors/recording/_native.h)
 $(VENV)/.native: $(VENV)/.installed setup.py $(NATIVE_SRC)
 	rm -f collectors/recording/_native*.so  # the extension is optional: never test a stale one
-	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(PIP) install -q --no-deps -e .
 	touch $@
 
 native: $(VENV)/.native
