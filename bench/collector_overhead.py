@@ -6,7 +6,10 @@ Figures for docs/BENCHMARKS.md, "Collector overhead".
    light-mode recorder that writes to a temporary run directory (flush every 10,000 records;
    NVTX skipped unless a tool is attached). Measured before and after `import torch` (with
    torch loaded every call also asks whether torch.compile is tracing; one `gc.collect()` right
-   after the import), for a top-level phase and for a phase nested in a cycle, and with the recorder inactive (the wrapper's pass-through). Median of
+   after the import), on the native hot path and the Python one: a top-level phase (with the
+   flush of every 10,000 rows, and without any flush in the loop), a top-level phase inside an
+   open cycle, a phase nested in a phase (depth 1), and the recorder inactive (the wrapper's
+   pass-through). Median of
    `--repeat` runs, wall clock (`perf_counter_ns`) and this thread's CPU time
    (`thread_time_ns`, which a loaded machine disturbs less).
 2. Demo cycle (`--demo`; budget on a GPU: 1% of the cycle): `python -m tracekit.demo` with and
@@ -61,6 +64,14 @@ def _load_code(directory: Path) -> None:
     REC, WRAP = loaded
 
 
+def _native_module() -> Any:
+    try:
+        from tracekit.collectors.recording.native import NATIVE
+    except ImportError:
+        return None
+    return NATIVE
+
+
 def _f(x: int) -> int:
     return x
 
@@ -74,23 +85,41 @@ def _loop(fn: Any, n: int) -> tuple[float, float]:
     return (t1 - t0) / n, (c1 - c0) / n
 
 
-def per_call(n: int, repeat: int, *, nested: bool, active: bool = True) -> dict[str, float]:
+def per_call(
+    n: int,
+    repeat: int,
+    *,
+    nested: bool,
+    in_cycle: bool = False,
+    active: bool = True,
+    native: bool = True,
+    flush_records: int = 10_000,
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
+        cfg: dict[str, Any] = {"native": native} if _has_native() else {}
         rec = REC.Recorder(
-            REC.RecorderConfig(raw_dir=Path(tmp) / "raw", flush_records=10_000, flush_seconds=1.0)
+            REC.RecorderConfig(
+                raw_dir=Path(tmp) / "raw",
+                flush_records=flush_records,
+                flush_seconds=1.0 if flush_records <= 10_000 else 1e6,
+                **cfg,
+            )
         )
         wrapped = WRAP.make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
         call = wrapped
         rec.active = active  # inactive: the wrapper's pass-through
-        if nested:
-            # the phase runs inside an open cycle-target call: depth 1, no flush between calls
-            cyc = WRAP.make_wrapper(lambda: None, Site(Target("bench", "step"), cycle=True), rec)
-            fr = rec.enter(cyc.__tracekit_site__)  # type: ignore[attr-defined]
+        if nested or in_cycle:
+            # nested: inside an open phase call (depth 1, never a flush); in_cycle: a top-level
+            # phase inside an open cycle-target call (flushes wait for 4x the batch)
+            site = Site(Target("bench", "o"), phase="outer") if nested else None
+            if site is None:
+                site = Site(Target("bench", "step"), cycle=True)
+            fr = rec.enter(site)
         plain, wrap = [], []
         for _ in range(repeat):
             plain.append(_loop(_f, n))
             wrap.append(_loop(call, n))
-        if nested:
+        if nested or in_cycle:
             rec.exit(fr, True, None)
         rec.close()
     p, w = statistics.median(x[0] for x in plain), statistics.median(x[0] for x in wrap)
@@ -103,6 +132,11 @@ def per_call(n: int, repeat: int, *, nested: bool, active: bool = True) -> dict[
         "wrapped_cpu_ns": wc,
         "overhead_cpu_ns": wc - pc,
     }
+
+
+def _has_native() -> bool:
+    """The measured recorder has the `native` switch (not an older `--code` one)."""
+    return "native" in getattr(REC.RecorderConfig, "__dataclass_fields__", {})
 
 
 def demo_runs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -145,6 +179,9 @@ def main() -> None:
         help="measure recorder.py and wrappers.py from this directory (an older version)",
     )
     ap.add_argument("--no-torch", action="store_true", help="skip the rows with torch imported")
+    ap.add_argument(
+        "--python-only", action="store_true", help="only the Python hot path (not the native one)"
+    )
     args = ap.parse_args()
     if args.code is not None:
         _load_code(args.code)
@@ -164,30 +201,53 @@ def main() -> None:
             # that one collection (~0.2 s here) would land in the first loop below; a server
             # that has run a while has long paid it. Later collections are measured.
             gc.collect()
-        for nested, active in ((False, True), (True, True), (False, False)):
-            r = per_call(args.calls, args.repeat, nested=nested, active=active)
-            rows.append(
-                {"torch_imported": torch_loaded, "nested_in_cycle": nested, "active": active, **r}
-            )
-    report: dict[str, Any] = {"python": sys.version.split()[0], "nvtx": nvtx_note, "per_call": rows}
+        paths = [True, False] if _has_native() and not args.python_only else [False]
+        for native in paths:
+            if native and _native_module() is None:
+                continue
+            # (where, nested, in a cycle, active, flush every): "top" pays the flush of every
+            # 10,000 rows; "top, no flush" is the call alone
+            cases = [
+                ("top level", False, False, True, 10_000),
+                ("top level, no flush in the loop", False, False, True, 10**9),
+                ("top level inside an open cycle", False, True, True, 10_000),
+                ("nested in a phase (depth 1)", True, False, True, 10_000),
+                ("recorder inactive (pass-through)", False, False, False, 10_000),
+            ]
+            for where, nested, in_cycle, active, flush in cases:
+                r = per_call(
+                    args.calls, args.repeat, nested=nested, in_cycle=in_cycle, active=active,
+                    native=native, flush_records=flush,
+                )  # fmt: skip
+                rows.append(
+                    {"torch_imported": torch_loaded, "where": where,
+                     "hot_path": "native" if native else "python", **r}
+                )  # fmt: skip
+    report: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "nvtx": nvtx_note,
+        "load_average": os.getloadavg(),
+        "per_call": rows,
+    }
     if args.demo:
         runs = demo_runs(args)
         report["demo"] = runs
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"Python {report['python']}, {nvtx_note}; {args.calls} calls x {args.repeat}, median")
+    load = ", ".join(f"{x:.1f}" for x in report["load_average"])
     print(
-        "| torch imported | phase | unwrapped ns/call | wrapped ns/call | overhead µs/call (wall) "
-        "| overhead µs/call (thread CPU) |"
+        f"Python {report['python']}, {nvtx_note}; {args.calls} calls x {args.repeat}, median; "
+        f"load average {load}"
     )
-    print("|---|---|---|---|---|---|")
+    print(
+        "| torch imported | hot path | phase | unwrapped ns/call | wrapped ns/call "
+        "| overhead µs/call (wall) | overhead µs/call (thread CPU) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        where = "nested in a cycle" if r["nested_in_cycle"] else "top level"
-        if not r["active"]:
-            where = "recorder inactive (pass-through)"
         print(
-            f"| {'yes' if r['torch_imported'] else 'no'} | {where} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} | {r['overhead_cpu_ns'] / 1000:.2f} |"
+            f"| {'yes' if r['torch_imported'] else 'no'} | {r['hot_path']} | {r['where']} | {r['plain_ns']:.0f} | {r['wrapped_ns']:.0f} | {r['overhead_ns'] / 1000:.2f} | {r['overhead_cpu_ns'] / 1000:.2f} |"
         )
     if args.demo:
 

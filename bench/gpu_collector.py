@@ -11,17 +11,20 @@ In order, each part written out before the next starts (the budget skips what do
    and wall clock; medians of `--repeat`): bare call; a lone outermost phase (consecutive calls
    share boundary events), the same with sharing off (2 events a call, the old behaviour) and
    with `--gpu-sample 8`; a demo-shaped cycle (cycle target + draft, verify, draft_extend:
-   4 wrapped calls) with the defaults and with `--gpu-sample 8`, per wrapped call; a nested
-   phase; the inactive wrapper; one `torch.cuda.Event.record`; events recorded per call.
+   4 wrapped calls) with the defaults (native hot path, torch's events), with
+   `--gpu-sample 8`, with driver-API events, and on the Python path, per wrapped call; a nested
+   phase (native, Python); the inactive wrapper; one `torch.cuda.Event.record` against one
+   driver-API `CudaEvent.record`, the capture check, and one span timed both ways.
 2. `ab`: each demo path (baseline decode graph, verify extend, verify graph) under
    `tracekit launch --no-merge` with `python -m tracekit.demo --ab-blocks B`: recording off and
    on in ABBA blocks inside one process; light mode's cost in % of the cycle with 95%
    intervals (bench/overhead_ab.py).
-3. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
+3. `abdrv`: part 2 with driver-API events (`TRACEKIT_GPU_EVENTS=driver`); `ab8`: part 2
+   with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`).
+4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
    raw records (pyarrow only: no merge, no polars), sampled / unsampled - 1; and, inside the
    unsampled run, every 8th cycle's median against all cycles' (the sampling error alone).
-4. `ab8`: part 2 again with `--gpu-sample 8`.
 
 `gpu_collector.json` (all figures, each run's command, exit code, wall time and output tail) is
 rewritten after every step; `gpu_collector.log` has the log. Every part runs in try/except:
@@ -68,7 +71,8 @@ def child_env() -> dict[str, str]:
     variables of an outer run removed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}
     old = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + old if old else "")
+    # appended: a tracekit layout already on PYTHONPATH (the device's _pp) keeps precedence
+    env["PYTHONPATH"] = (old + os.pathsep if old else "") + str(ROOT)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -115,7 +119,14 @@ class Bench:
 
     # -- one demo run under tracekit launch ---------------------------------------------------
     def demo(
-        self, name: str, path: str, *, cycles: int, gpu_sample: int = 1, ab_blocks: int = 0
+        self,
+        name: str,
+        path: str,
+        *,
+        cycles: int,
+        gpu_sample: int = 1,
+        ab_blocks: int = 0,
+        env: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         a = self.a
         result = self.work / f"{name}.json"
@@ -136,7 +147,7 @@ class Bench:
         try:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                env=child_env(), check=False,
+                env={**child_env(), **(env or {})}, check=False,
             )  # fmt: skip
             rc, output = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
@@ -152,6 +163,9 @@ class Bench:
             "output_tail": output[-2000:] if rc else output[-300:],
         }  # fmt: skip
         data = json.loads(result.read_text()) if result.exists() else None
+        for proc_file in sorted((self.work / name / "raw").glob("pid-*/process.json"))[:1]:
+            info = json.loads(proc_file.read_text())
+            entry["hot_path"], entry["gpu_events"] = info.get("hot_path"), info.get("gpu_events")
         if data is not None:
             entry["step_ms_p50"] = data.get("step_ms_p50")
             entry["ab_recorder"] = data.get("ab_recorder")
@@ -180,7 +194,7 @@ class Bench:
         self.save()
         self.log(f"micro: {json.dumps(self.results['micro'])}")
 
-    def ab(self, key: str, gpu_sample: int) -> None:
+    def ab(self, key: str, gpu_sample: int, env: dict[str, str] | None = None) -> None:
         a = self.a
         ab = _overhead_ab()
         out: dict[str, Any] = self.results.setdefault(key, {})
@@ -189,7 +203,7 @@ class Bench:
                 return
             data = self.demo(
                 f"{key}_{path}", path, cycles=a.ab_cycles, gpu_sample=gpu_sample,
-                ab_blocks=a.ab_block,
+                ab_blocks=a.ab_block, env=env,
             )  # fmt: skip
             if data is None:
                 out[path] = {"error": "run failed"}
@@ -307,6 +321,7 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
     from tracekit.collectors.phasemap import Site, Target
     from tracekit.collectors.recorder import Recorder, RecorderConfig
     from tracekit.collectors.recording import gpu as gpu_events
+    from tracekit.collectors.recording import native as native_mod
     from tracekit.collectors.wrappers import install
 
     cuda = device == "cuda"
@@ -334,10 +349,15 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
                 torch.cuda.synchronize()
         return statistics.median(wall), statistics.median(cpu)
 
-    def recorder(name: str, gpu_sample: int) -> tuple[Recorder, Any]:
+    def recorder(
+        name: str, gpu_sample: int, native: bool = True, driver_events: bool = True
+    ) -> tuple[Recorder, Any]:
         rec = Recorder(
-            RecorderConfig(raw_dir=tmp / name, flush_records=1000, gpu_sample=gpu_sample)
-        )
+            RecorderConfig(
+                raw_dir=tmp / name, flush_records=1000, gpu_sample=gpu_sample, native=native,
+                driver_events=driver_events,
+            )
+        )  # fmt: skip
         mod = types.ModuleType(f"tk_bench_{name}")
         for fn_name in ("outer", "inner", "draft", "verify", "draft_extend"):
             setattr(mod, fn_name, op)
@@ -383,22 +403,39 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
         res[f"{name}_cost_cpu_ns"] = c - res["bare_cpu_ns"]
         res[f"{name}_events_per_call"] = (rec.events_recorded - e0) / (calls * repeat)
         rec.close()
-    for name, n in (("cycle", 1), ("cycle_sample8", 8)):
-        rec, mod = recorder(name, n)
+    res["hot_path"] = (
+        "native" if native_mod.NATIVE is not None else f"python ({native_mod.WHY_NOT})"
+    )
+    cycle_cases = [
+        ("cycle", 1, True, False),  # the defaults (native hot path, torch's events)
+        ("cycle_sample8", 8, True, False),
+        ("cycle_driver_events", 1, True, True),  # native hot path, driver-API events
+        ("cycle_python", 1, False, False),  # the Python path (TRACEKIT_NATIVE=0)
+        ("cycle_python_sample8", 8, False, False),
+    ]
+    for name, n, use_native, driver in cycle_cases:
+        if use_native and native_mod.NATIVE is None:
+            continue
+        rec, mod = recorder(name, n, use_native, driver)
+        res[f"{name}_gpu_events"] = rec.process_info.get("gpu_events") if cuda else None
         e0 = rec.events_recorded
         w, c = loop(mod.step, calls // 4)
         # per wrapped call: 4 a cycle (the cycle target and its three phases)
         res[f"{name}_cost_per_call_ns"] = (w - res["bare_cycle_ns"]) / 4
         res[f"{name}_cost_per_call_cpu_ns"] = (c - res["bare_cycle_cpu_ns"]) / 4
         res[f"{name}_events_per_cycle"] = (rec.events_recorded - e0) / ((calls // 4) * repeat)
-        if name == "cycle":
+        if name in ("cycle", "cycle_python"):
+            tag = "" if name == "cycle" else "_python"
             fr = rec.enter(Site(target=Target.parse("tk_bench_x:o"), phase="verify"))
             w, c = loop(mod.inner, calls)
             rec.exit(fr, True, None)
-            res["nested_cost_ns"], res["nested_cost_cpu_ns"] = (
+            res[f"nested{tag}_cost_ns"], res[f"nested{tag}_cost_cpu_ns"] = (
                 w - res["bare_ns"],
                 c - res["bare_cpu_ns"],
             )
+        if name != "cycle":
+            rec.close()
+            continue
             rec.set_recording(False)
             w, c = loop(mod.inner, calls)
             rec.set_recording(True)
@@ -408,6 +445,32 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
         ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         w, c = loop(lambda _t: ev.record(), calls)
         res["event_record_ns"], res["event_record_cpu_ns"] = w, c
+        capturing = torch.cuda.is_current_stream_capturing
+        res["capture_check_ns"], _ = loop(lambda _t: capturing(), calls)
+        builtin = torch._C._cuda_isCurrentStreamCapturing
+        res["capture_check_builtin_ns"], _ = loop(lambda _t: builtin(), calls)
+        if native_mod.NATIVE is not None:
+            try:
+                tc = torch._C
+                nev = native_mod.NATIVE.CudaEvent(tc._cuda_getCurrentRawStream, tc._cuda_getDevice)
+                w, c = loop(lambda _t: nev.record(), calls)
+                res["driver_event_record_ns"], res["driver_event_record_cpu_ns"] = w, c
+                # the same two events timed both ways: the driver's elapsed time is torch's
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                na = native_mod.NATIVE.CudaEvent(tc._cuda_getCurrentRawStream, tc._cuda_getDevice)
+                nb = native_mod.NATIVE.CudaEvent(tc._cuda_getCurrentRawStream, tc._cuda_getDevice)
+                a.record()
+                na.record()
+                y = x
+                for _ in range(50):
+                    y = y @ torch.ones(16, 16, device="cuda")
+                b.record()
+                nb.record()
+                torch.cuda.synchronize()
+                res["span_torch_ms"] = a.elapsed_time(b)
+                res["span_driver_ms"] = na.elapsed_time(nb)
+            except Exception as exc:
+                res["driver_event_error"] = f"{type(exc).__name__}: {exc}"
     shutil.rmtree(tmp, ignore_errors=True)
     return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in res.items()}
 
@@ -424,18 +487,32 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
             ("outermost_sample8_cost", "outermost, --gpu-sample 8"),
             ("cycle_cost_per_call", "demo-shaped cycle, per call"),
             ("cycle_sample8_cost_per_call", "demo-shaped cycle, --gpu-sample 8"),
+            ("cycle_driver_events_cost_per_call", "cycle, native path, driver-API events"),
+            ("cycle_python_cost_per_call", "cycle, Python path (torch's events)"),
+            ("cycle_python_sample8_cost_per_call", "cycle, Python path, --gpu-sample 8"),
             ("nested_cost", "nested phase"),
+            ("nested_python_cost", "nested phase, Python path"),
         ):
             if f"{key}_ns" in m:
                 lines.append(
                     f"  {label:40} {m[f'{key}_cpu_ns'] / 1e3:7.2f} ({m[f'{key}_ns'] / 1e3:.2f})"
                 )
-        if "event_record_ns" in m:
-            lines.append(f"  one Event.record: {m['event_record_ns'] / 1e3:.2f} µs")
+        for key, label in (
+            ("event_record_ns", "one torch.cuda.Event.record"),
+            ("driver_event_record_ns", "one driver-API CudaEvent.record"),
+            ("capture_check_ns", "torch.cuda.is_current_stream_capturing()"),
+            ("capture_check_builtin_ns", "its builtin"),
+        ):
+            if key in m:
+                lines.append(f"  {label}: {m[key] / 1e3:.2f} µs")
+        if "span_driver_ms" in m:
+            lines.append(
+                f"  one span, torch {m['span_torch_ms']:.4f} ms, driver {m['span_driver_ms']:.4f} ms"
+            )
         for k in ("cycle_events_per_cycle", "cycle_sample8_events_per_cycle"):
             if k in m:
                 lines.append(f"  {k}: {m[k]}")
-    for key in ("ab", "ab8"):
+    for key in ("ab", "abdrv", "ab8", "abpy"):
         for path, r in (results.get(key) or {}).items():
             if "cost_pct" in r:
                 lines.append(
@@ -489,8 +566,10 @@ def main(argv: list[str] | None = None) -> int:
     steps = [
         ("micro", b.micro, 30.0),
         ("ab", lambda: b.ab("ab", 1), 60.0),
-        ("sampling", b.sampling, 60.0),
+        ("abdrv", lambda: b.ab("abdrv", 1, {"TRACEKIT_GPU_EVENTS": "driver"}), 60.0),
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
+        ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
+        ("sampling", b.sampling, 60.0),
     ]
     for name, fn, need in steps:
         if name in skip or not b.fits(name, need):

@@ -79,6 +79,11 @@ class RecorderConfig:
     # rotation by size / age and retention of the record segments (collectors/segments.py)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     gpu_sample: int = 1  # CUDA events on every N-th cycle (`--gpu-sample N`); CPU clocks on all
+    # the native hot path where it loads (collectors/recording/native.py; same records)
+    native: bool = True
+    # with it, CUDA events through the driver API (`_native.CudaEvent`) instead of torch's;
+    # off by default until measured on a device (`TRACEKIT_GPU_EVENTS=driver` turns it on)
+    driver_events: bool = False
 
 
 class Recorder(HotPath):

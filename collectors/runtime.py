@@ -21,6 +21,7 @@ from typing import Any
 from tracekit.collectors import phasemap
 from tracekit.collectors.importhook import PostImportHook
 from tracekit.collectors.recorder import EXIT_DEADLINE_S, Mode, Recorder, RecorderConfig
+from tracekit.collectors.recording import native
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import install, resolve_owner
@@ -41,6 +42,9 @@ ENV_KEEP_SECONDS = "TRACEKIT_KEEP_SECONDS"
 ENV_SEGMENT_BYTES = "TRACEKIT_SEGMENT_BYTES"  # rotation size (default: derived from --keep)
 ENV_SEGMENT_SECONDS = "TRACEKIT_SEGMENT_SECONDS"
 ENV_GPU_SAMPLE = "TRACEKIT_GPU_SAMPLE"  # CUDA events on every N-th cycle (`--gpu-sample N`)
+# "driver": CUDA events through the driver API (the native extension's CudaEvent) instead of
+# torch's; opt-in until measured on a device (docs/BENCHMARKS.md, issue 25)
+ENV_GPU_EVENTS = "TRACEKIT_GPU_EVENTS"
 
 GRAPH_MODULE = "torch.cuda.graphs"
 
@@ -198,6 +202,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
             segment_seconds=_float_env(ENV_SEGMENT_SECONDS, 0.0),
         ),
         gpu_sample=max(1, _int_env(ENV_GPU_SAMPLE, 1)),
+        driver_events=os.environ.get(ENV_GPU_EVENTS, "").strip().lower() == "driver",
     )
     rec = Recorder(config)
     rec.process_info = {
@@ -210,6 +215,8 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
         "adapter": config.adapter,
         "mode": mode,
         "gpu_sample": config.gpu_sample,
+        "hot_path": native.hot_path_name(rec._native)
+        + (f" ({native.WHY_NOT})" if native.WHY_NOT else ""),
         "start_ns": time.time_ns(),
         "instrumented": True,
     }
@@ -218,6 +225,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
 
         window = CycleWindow.parse(os.environ.get(ENV_PROFILE_CYCLES, "2:3"))
         rec.profile = ProfileWindow(window, rec.dir, require=pmap.cycle.require)
+    native.say_once()  # the extension did not load: the Python path, said once a process
     hook = PostImportHook()
     rt = Runtime(rec, hook, pmap)
     _RUNTIME = rt

@@ -19,7 +19,10 @@ first CUDA phase calibrates the GPU clock against `time.time_ns`).
 
 from __future__ import annotations
 
+import functools
+import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
@@ -80,16 +83,42 @@ class GpuEvents(RecorderState):
             # One-time calibration: the reference event's GPU time is taken as the CPU time at
             # which it completed on an idle device.
             cuda.synchronize()
-            ref = cuda.Event(enable_timing=True)
+            self._new_event = make = self._event_maker()
+            ref = make()
             ref.record()
             ref.synchronize()
             self._gpu_ref = (ref, time.time_ns())
             self._cuda_dev = self._cuda_device()  # the rank's device, read on its own thread
         pool = self._event_pool
-        ev = pool.pop() if pool else cuda.Event(enable_timing=True)
+        ev = pool.pop() if pool else self._new_event()  # type: ignore[misc]
         ev.record()
         self.events_recorded += 1
         return ev
+
+    def _event_maker(self) -> Callable[[], Any]:
+        """What makes this process's timing events: with `driver_events` (opt-in,
+        `TRACEKIT_GPU_EVENTS=driver`) the native extension's `CudaEvent` (the driver API, without
+        the Python layers of `torch.cuda.Event.record`) where it loads and records on this
+        thread, else torch's. Chosen once (the calibration), so every event of a process is of
+        one kind."""
+        cuda = self._cuda
+        native = self._native
+        why = "off" if native is None else ""
+        if native is not None and self.config.driver_events:
+            try:
+                tc = sys.modules["torch"]._C
+                make = functools.partial(
+                    native.CudaEvent, tc._cuda_getCurrentRawStream, tc._cuda_getDevice
+                )
+                make().record()  # on this thread's context and stream, or it raises
+                self.process_info["gpu_events"] = "driver"
+                return make
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+        elif native is not None:
+            why = "driver_events off"
+        self.process_info["gpu_events"] = f"torch ({why})"
+        return functools.partial(cuda.Event, enable_timing=True)
 
     def _resolve_gpu(self, *, wait: bool, until: float | None = None) -> None:
         """Resolve the pending events that completed; with `wait`, poll for the others until

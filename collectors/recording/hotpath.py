@@ -14,16 +14,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.accept import read_attr_path
+from tracekit.collectors.recording.lifecycle import Lifecycle
+from tracekit.collectors.recording.state import CLOCK_OFFSET_NS, Frame, SiteInfo, ThreadState
+from tracekit.collectors.recording.state import now_ns as _time_ns
 from tracekit.store.raw.schema import ROW, SiteKind
-
-if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
-    from tracekit.collectors.recording.lifecycle import Lifecycle
-    from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState
-    from tracekit.collectors.recording.state import now_ns as _time_ns
-else:
-    from tracekit.collectors.recording.lifecycle import Lifecycle
-    from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState
-    from tracekit.collectors.recording.state import now_ns as _time_ns
 
 if TYPE_CHECKING:
     from tracekit.collectors.phasemap import Site
@@ -262,6 +256,8 @@ class HotPath(Lifecycle):
             return generic
         starts_cycle = site.starts_cycle
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
+        if self._native is not None:
+            return self._native_call(fn, site, generic, starts_cycle, acc_path)
         code = -1  # the site's phase code, known after its first call
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -345,6 +341,35 @@ class HotPath(Lifecycle):
                     rec.fail("exit", exc)
             return result
 
+        return call
+
+    def _native_call(
+        self,
+        fn: Callable[..., Any],
+        site: Site,
+        generic: Callable[..., Any],
+        starts_cycle: bool,
+        acc_path: Any,
+    ) -> Callable[..., Any]:
+        """`sync_call`'s body on the native hot path: `_native.PhaseCall` does in C what the
+        Python body does (same rows, same order of calls into the recorder). The Python shim
+        around it keeps one job, the first statement: while Dynamo traces (it folds
+        `is_dynamo_compiling()` to True) the call goes straight to `fn`, so traced code never
+        reaches the C object (a graph break) nor reads recorder state past this check."""
+        rec = self
+        if self._is_compiling is None and "torch" in _modules:
+            self._probe_torch()  # the shim's check is live from the first call
+        native = self._native.PhaseCall(
+            self, fn, site, generic, acc_path, starts_cycle, CLOCK_OFFSET_NS
+        )
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            dyn = rec._dynamo
+            if dyn is not None and dyn():
+                return fn(*args, **kwargs)
+            return native(args, kwargs)  # the tuple and dict as they are (no copies)
+
+        call.__tracekit_native__ = native  # type: ignore[attr-defined]
         return call
 
     def _accept(

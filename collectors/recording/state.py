@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracekit.collectors.recording.native import NATIVE
 from tracekit.collectors.segments import SegmentLog
 from tracekit.store.raw.ipc import StreamWriter
 from tracekit.store.raw.schema import ROW
@@ -28,19 +29,23 @@ _ROW = ROW
 ENV_TEST_CLOCK_OFFSET = "TRACEKIT_TEST_CLOCK_OFFSET_NS"
 
 
-def _test_clock() -> Callable[[], int]:
-    """time.time_ns, or, for tests only, time.time_ns + TRACEKIT_TEST_CLOCK_OFFSET_NS: the CPU
-    times this process records read as on a host whose clock is that far ahead (the two-node
-    test in tests/integration/test_multinode.py recovers it; docs/multinode.md)."""
+def _test_clock_offset() -> int:
+    """0, or, for tests only, TRACEKIT_TEST_CLOCK_OFFSET_NS: the CPU times this process records
+    read as on a host whose clock is that far ahead (the two-node test in
+    tests/integration/test_multinode.py recovers it; docs/multinode.md)."""
     text = os.environ.get(ENV_TEST_CLOCK_OFFSET, "").strip()
-    offset = int(text) if text.lstrip("-").isdecimal() else 0
+    return int(text) if text.lstrip("-").isdecimal() else 0
+
+
+def _test_clock(offset: int) -> Callable[[], int]:
     if not offset:
         return time.time_ns
     clock = time.time_ns
     return lambda: clock() + offset
 
 
-now_ns = _test_clock()  # the clock of every record (time.time_ns outside tests)
+CLOCK_OFFSET_NS = _test_clock_offset()  # the native hot path adds it to the same clock
+now_ns = _test_clock(CLOCK_OFFSET_NS)  # the clock of every record (time.time_ns outside tests)
 
 
 def compiling_check(tc: Any) -> Callable[[], bool]:
@@ -63,10 +68,27 @@ def compiling_check(tc: Any) -> Callable[[], bool]:
     return is_compiling
 
 
+def compile_flag_owner(tc: Any) -> Any:
+    """`torch.compiler` when `compiling_check` took its short form (then, outside Dynamo's
+    tracing, `is_compiling()` is its `_is_compiling_flag`: what the native hot path reads),
+    else None (the native path calls the check)."""
+    dynamo = getattr(tc, "is_dynamo_compiling", None)
+    if dynamo is None or not isinstance(getattr(tc, "_is_compiling_flag", None), bool):
+        return None
+    return tc
+
+
+def capture_check(torch: Any) -> Callable[[], bool]:
+    """`torch.cuda.is_current_stream_capturing`, or the builtin it returns (one call less)."""
+    fast = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+    return fast if fast is not None else torch.cuda.is_current_stream_capturing  # type: ignore[no-any-return]
+
+
 class ThreadState:
     """Per-thread state, one `threading.local` look-up a call: the stack of open phase codes,
     the native thread id, graph replays counted so far, whether a cycle is open, and whether
-    tracekit itself is running (its own calls are not recorded)."""
+    tracekit itself is running (its own calls are not recorded). The native hot path has its
+    own type with the same attributes (`_native.ThreadState`)."""
 
     __slots__ = ("bound", "in_cycle", "internal", "replays", "stack", "tid")
 
@@ -116,8 +138,17 @@ class RecorderState:
         self._nvtx: Any = None
         self._nvtx_ready = False
         self._is_compiling: Callable[[], bool] | None = None
+        # what the torch probe finds besides: Dynamo's own check (the native wrapper's first
+        # statement), the owner of the compile flag (read by the native path), the capture check
+        self._dynamo: Callable[[], bool] | None = None
+        self._compiler: Any = None
+        self._capturing: Callable[[], bool] | None = None
         self._cuda: Any = None
+        # the native hot path (collectors/recording/native.py) unless turned off
+        self._native: Any = NATIVE if config.native else None
+        self._ts_type: Any = ThreadState if self._native is None else self._native.ThreadState
         self._event_pool: list[Any] = []
+        self._new_event: Callable[[], Any] | None = None  # set at the GPU calibration
         self._gpu_every = max(1, int(config.gpu_sample))
         self._loose = 0  # top-level calls outside every cycle so far (sampling without cycles)
         self._bound_ids: set[int] = set()  # id() of events held by a thread's boundary slot
@@ -183,8 +214,12 @@ class RecorderState:
         if torch is None:
             return
         try:
-            self._is_compiling = compiling_check(torch.compiler)
+            tc = torch.compiler
+            self._dynamo = getattr(tc, "is_dynamo_compiling", None) or tc.is_compiling
+            self._compiler = compile_flag_owner(tc)
+            self._capturing = capture_check(torch)
             self._cuda = torch.cuda
+            self._is_compiling = compiling_check(tc)
         except AttributeError:  # torch is still importing
             self._is_compiling = None
 
@@ -204,7 +239,7 @@ class RecorderState:
         return bool(cuda._initialized and cuda.is_current_stream_capturing())
 
     def _thread(self) -> ThreadState:
-        ts = ThreadState()
+        ts: ThreadState = self._ts_type()
         self._loc.ts = ts
         return ts
 

@@ -132,6 +132,9 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "tracekit/report/templates/report.html" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tracekit = tracekit.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    # the native hot path is compiled in (a compiler is here), its C sources are not shipped
+    assert [n for n in names if n.startswith("tracekit/collectors/recording/_native.")]
+    assert not [n for n in names if n.endswith((".c", ".h"))]
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +158,9 @@ def test_wheel_imports_and_runs(installed: Path, tmp_path: Path) -> None:
         "import tracekit.store.ingest;"
         f"assert tracekit.__file__.startswith({str(target)!r}), tracekit.__file__;"
         f"assert tracekit.analyzers.__file__.startswith({str(target)!r});"
-        f"assert tracekit.collectors.__file__.startswith({str(target)!r})"
+        f"assert tracekit.collectors.__file__.startswith({str(target)!r});"
+        "from tracekit.collectors.recording import native;"
+        "assert native.NATIVE is not None, native.WHY_NOT"
     )
     # cwd outside the checkout, so the source tree cannot shadow the installed copy
     subprocess.run(

@@ -1,0 +1,538 @@
+/* The recorder's hot path in C: the sync wrapper body of a phase site (`PhaseCall`) and the
+ * per-thread state it reads (`ThreadState`). Built as tracekit.collectors.recording._native
+ * (setup.py); collectors/recording/native.py loads it, or says why the Python path is used.
+ *
+ * PhaseCall does, per call, exactly what the Python body in hotpath.py (`HotPath.sync_call`)
+ * does, in the same order, reading and writing the same recorder attributes (through the
+ * recorder's instance dict), so both write identical rows (tests/unit/collectors/
+ * test_native_hotpath.py runs them side by side). Everything it does not handle itself (a
+ * site's first calls, an NVTX tool, a profiler window, CUDA events) it hands to the same
+ * Python methods the Python body calls, or to `generic`, the wrapper's plain enter/exit body.
+ * A failure in its bookkeeping calls the recorder's `fail` (which disables recording and says
+ * so once); the program's call and its exception are never touched.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "_native.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the packed row (tracekit/store/raw/schema.py ROW) is little-endian; this host is not"
+#endif
+
+#define ROW_SIZE 65 /* struct.Struct("<iqiiqqqqid?").size */
+
+/* -- interned attribute names ------------------------------------------------------------ */
+
+static PyObject *s_active, *s_nvtx, *s_profile, *s_info, *s_is_compiling, *s_compiler,
+    *s_flag, *s_cuda, *s_initialized, *s_capturing, *s_loc, *s_ts, *s_thread, *s_cycle,
+    *s_next_seq, *s_gpu_begin, *s_gpu_end, *s_accept, *s_rows, *s_flush_bytes, *s_flush_ns,
+    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key;
+
+static int intern_names(void) {
+#define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1
+    I(s_active, "active"); I(s_nvtx, "_nvtx"); I(s_profile, "profile"); I(s_info, "_info");
+    I(s_is_compiling, "_is_compiling"); I(s_compiler, "_compiler");
+    I(s_flag, "_is_compiling_flag"); I(s_cuda, "_cuda"); I(s_initialized, "_initialized");
+    I(s_capturing, "_capturing"); I(s_loc, "_loc"); I(s_ts, "ts"); I(s_thread, "_thread");
+    I(s_cycle, "cycle"); I(s_next_seq, "_next_seq"); I(s_gpu_begin, "_gpu_begin");
+    I(s_gpu_end, "_gpu_end"); I(s_accept, "_accept"); I(s_rows, "_rows");
+    I(s_flush_bytes, "_flush_bytes"); I(s_flush_ns, "_flush_ns");
+    I(s_last_flush, "_last_flush"); I(s_flush, "flush"); I(s_fail, "fail");
+    I(s_probe_torch, "_probe_torch"); I(s_torch, "torch");
+    I(s_cache_key, "tracekit.collectors.recording._native:thread");
+#undef I
+    return 0;
+}
+
+/* -- ThreadState ------------------------------------------------------------------------- */
+
+static int ts_traverse(TState *self, visitproc visit, void *arg) {
+    Py_VISIT(self->stack);
+    Py_VISIT(self->bound);
+    return 0;
+}
+
+static int ts_clear(TState *self) {
+    Py_CLEAR(self->stack);
+    Py_CLEAR(self->bound);
+    return 0;
+}
+
+static void ts_dealloc(TState *self) {
+    PyObject_GC_UnTrack(self);
+    ts_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *ts_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "ThreadState() takes no arguments");
+        return NULL;
+    }
+    TState *self = (TState *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->stack = PyList_New(0);
+    if (!self->stack) { Py_DECREF(self); return NULL; }
+    self->tid = (long long)PyThread_get_thread_native_id();
+    return (PyObject *)self;
+}
+
+static PyMemberDef ts_members[] = {
+    {"stack", T_OBJECT_EX, offsetof(TState, stack), 0, "open phase codes, innermost last"},
+    {"tid", T_LONGLONG, offsetof(TState, tid), 0, "native thread id"},
+    {"replays", T_LONGLONG, offsetof(TState, replays), 0, "graph replays counted so far"},
+    {"in_cycle", T_BOOL, offsetof(TState, in_cycle), 0, "a cycle is open"},
+    {"internal", T_BOOL, offsetof(TState, internal), 0, "tracekit's own calls"},
+    {"bound", T_OBJECT, offsetof(TState, bound), 0, "the last boundary event, or None"},
+    {NULL},
+};
+
+PyTypeObject TStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracekit.collectors.recording._native.ThreadState",
+    .tp_basicsize = sizeof(TState),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Per-thread state of the recorder (same attributes as state.ThreadState).",
+    .tp_new = ts_new,
+    .tp_dealloc = (destructor)ts_dealloc,
+    .tp_traverse = (traverseproc)ts_traverse,
+    .tp_clear = (inquiry)ts_clear,
+    .tp_members = ts_members,
+};
+
+/* -- PhaseCall --------------------------------------------------------------------------- */
+
+/* A recorder int attribute read last time and its value: the same object again (the same
+ * flush time, ...) needs no conversion. Holds a reference, so the pointer is never reused. */
+typedef struct {
+    PyObject *obj;
+    long long value;
+} IntCache;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *rec, *dict, *fn, *site, *generic, *acc_path, *site_id, *code_obj;
+    PyObject *seq_fn, *seq_iter; /* the recorder's `_next_seq` and the count it belongs to */
+    IntCache last_flush, flush_ns, flush_bytes;
+    int starts_cycle;
+    long code;
+    long long clock_offset;
+} PhaseCall;
+
+/* The last (recorder thread-local, ThreadState) pair this thread used, kept in the thread's
+ * own state dict (freed with the thread): a `threading.local` attribute read saved a call.
+ * It holds both objects, so a pointer is never reused under it. */
+
+static inline long long now_ns(long long offset) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t); /* time.time_ns()'s clock */
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec + offset;
+}
+
+/* A recorder attribute (borrowed), NULL with no error when it is not in the instance dict. */
+static inline PyObject *dget(PyObject *d, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (!v && PyErr_Occurred()) PyErr_Clear();
+    return v;
+}
+
+static int dget_ll(PyObject *d, PyObject *key, long long *out) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (!v) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, key);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int dget_cached(PyObject *d, PyObject *key, IntCache *c, long long *out) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v && v == c->obj) { *out = c->value; return 0; }
+    if (!v) {
+        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, key);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(v);
+    if (*out == -1 && PyErr_Occurred()) return -1;
+    Py_INCREF(v);
+    Py_XSETREF(c->obj, v);
+    c->value = *out;
+    return 0;
+}
+
+/* The recorder's next call number: `_next_seq()`, stepping its itertools.count directly
+ * while `_next_seq` is the `__next__` of that count. */
+static PyObject *next_seq(PhaseCall *self, PyObject *d) {
+    PyObject *fn = dget(d, s_next_seq);
+    if (!fn) { PyErr_SetObject(PyExc_AttributeError, s_next_seq); return NULL; }
+    if (fn != self->seq_fn) {
+        PyObject *owner = PyObject_GetAttrString(fn, "__self__");
+        if (!owner) PyErr_Clear();
+        Py_INCREF(fn);
+        Py_XSETREF(self->seq_fn, fn);
+        Py_XSETREF(self->seq_iter, owner && PyIter_Check(owner) ? owner : NULL);
+        if (owner && !self->seq_iter) Py_DECREF(owner);
+    }
+    if (self->seq_iter) return Py_TYPE(self->seq_iter)->tp_iternext(self->seq_iter);
+    return PyObject_CallNoArgs(fn);
+}
+
+/* recorder.fail(where, exc) for the error set now; clears it. */
+static void report_failure(PhaseCall *self, const char *where) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value && tb) PyException_SetTraceback(value, tb);
+    PyObject *res = PyObject_CallMethod(self->rec, "fail", "sO", where, value ? value : Py_None);
+    Py_XDECREF(res);
+    PyErr_Clear();
+    Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+}
+
+/* This thread's state (new reference), made by the recorder's `_thread` on first use. */
+static PyObject *thread_state(PyObject *rec, PyObject *d) {
+    PyObject *loc = dget(d, s_loc);
+    if (!loc) { PyErr_SetObject(PyExc_AttributeError, s_loc); return NULL; }
+    PyObject *tdict = PyThreadState_GetDict(); /* borrowed; NULL only without a thread state */
+    PyObject *hit = tdict ? PyDict_GetItemWithError(tdict, s_cache_key) : NULL;
+    if (hit && PyTuple_GET_ITEM(hit, 0) == loc) {
+        PyObject *ts = PyTuple_GET_ITEM(hit, 1);
+        Py_INCREF(ts);
+        return ts;
+    }
+    if (PyErr_Occurred()) return NULL;
+    PyObject *ts = PyObject_GetAttr(loc, s_ts);
+    if (!ts) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear();
+        ts = PyObject_CallMethodNoArgs(rec, s_thread);
+        if (!ts) return NULL;
+    }
+    if (tdict) {
+        PyObject *pair = PyTuple_Pack(2, loc, ts);
+        if (!pair || PyDict_SetItem(tdict, s_cache_key, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(ts);
+            return NULL;
+        }
+        Py_DECREF(pair);
+    }
+    return ts;
+}
+
+/* 1: torch.compile traces / exports, or the current stream captures a CUDA graph (pass
+ * through); 0: record; -1: error. *cuda_on: CUDA is initialised. */
+static int bypass(PhaseCall *self, PyObject *d, int *cuda_on) {
+    PyObject *comp = dget(d, s_is_compiling);
+    if (!comp || comp == Py_None) {
+        PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), s_torch);
+        if (!torch) return PyErr_Occurred() ? -1 : 0;
+        PyObject *r = PyObject_CallMethodNoArgs(self->rec, s_probe_torch);
+        if (!r) return -1;
+        Py_DECREF(r);
+        comp = dget(d, s_is_compiling);
+        if (!comp || comp == Py_None) return 0;
+    }
+    /* Dynamo never runs C code while it traces (the Python shim's first statement checks
+     * it), so only the flag of export / AOT tracing / compile sessions is left to read. */
+    PyObject *compiler = dget(d, s_compiler);
+    int skip;
+    PyObject *r = (compiler && compiler != Py_None) ? PyObject_GetAttr(compiler, s_flag)
+                                                    : PyObject_CallNoArgs(comp);
+    if (!r) return -1;
+    skip = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (skip) return skip;
+    PyObject *cuda = dget(d, s_cuda);
+    if (!cuda || cuda == Py_None) return 0;
+    r = PyObject_GetAttr(cuda, s_initialized);
+    if (!r) return -1;
+    *cuda_on = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (*cuda_on <= 0) return *cuda_on;
+    /* the builtin behind torch.cuda.is_current_stream_capturing (the probe's), else that */
+    PyObject *cap = dget(d, s_capturing);
+    r = (cap && cap != Py_None) ? PyObject_CallNoArgs(cap)
+                                : PyObject_CallMethod(cuda, "is_current_stream_capturing", NULL);
+    if (!r) return -1;
+    skip = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return skip;
+}
+
+typedef struct {
+    TState *ts;
+    PyObject *ev; /* the start CUDA event, or NULL */
+    long long cycle, seq, rep0, start;
+    int depth, parent;
+} Enter;
+
+/* The `enter` half; 0: recording (e filled), 1: pass through, -1: error. */
+static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
+    int cuda_on = 0;
+    int skip = bypass(self, d, &cuda_on);
+    if (skip) return skip;
+    PyObject *tso = thread_state(self->rec, d);
+    if (!tso) return -1;
+    if (!Py_IS_TYPE(tso, &TStateType)) {
+        Py_DECREF(tso);
+        PyErr_SetString(PyExc_TypeError, "the recorder's thread state is not the native one");
+        return -1;
+    }
+    TState *ts = (TState *)tso;
+    if (ts->internal) { Py_DECREF(tso); return 1; }
+    e->ts = ts; /* owned from here */
+    PyObject *stack = ts->stack;
+    if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
+    Py_ssize_t depth = PyList_GET_SIZE(stack);
+    e->depth = (int)depth;
+    e->parent = -1;
+    if (depth) {
+        e->parent = (int)PyLong_AsLong(PyList_GET_ITEM(stack, depth - 1));
+        if (e->parent == -1 && PyErr_Occurred()) return -1;
+    } else if (self->starts_cycle && !ts->in_cycle) {
+        long long c;
+        if (dget_ll(d, s_cycle, &c) < 0) return -1;
+        PyObject *nc = PyLong_FromLongLong(c + 1);
+        if (!nc || PyDict_SetItem(d, s_cycle, nc) < 0) { Py_XDECREF(nc); return -1; }
+        Py_DECREF(nc);
+    }
+    if (PyList_Append(stack, self->code_obj) < 0) return -1;
+    if (dget_ll(d, s_cycle, &e->cycle) < 0) return -1;
+    PyObject *seq = next_seq(self, d);
+    if (!seq) {
+        if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
+        return -1;
+    }
+    e->seq = PyLong_AsLongLong(seq);
+    Py_DECREF(seq);
+    if (e->seq == -1 && PyErr_Occurred()) return -1;
+    e->rep0 = ts->replays;
+    if (cuda_on && depth == 0) {
+        PyObject *ev = PyObject_CallMethodOneArg(self->rec, s_gpu_begin, tso);
+        if (!ev) return -1;
+        if (ev == Py_None) Py_DECREF(ev); else e->ev = ev;
+    }
+    e->start = now_ns(self->clock_offset);
+    return 0;
+}
+
+static int pack_row(PyObject *rows, long code, long long cycle, long depth, long parent,
+                    long long tid, long long seq, long long start, long long end,
+                    long long replays, double acc, int ok) {
+    if (code < INT32_MIN || code > INT32_MAX || depth > INT32_MAX || parent < INT32_MIN ||
+        parent > INT32_MAX || replays < INT32_MIN || replays > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a row field is out of its int32 range");
+        return -1;
+    }
+    if (!PyByteArray_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "the recorder's row buffer is not a bytearray");
+        return -1;
+    }
+    int32_t i32;
+    unsigned char row[ROW_SIZE], *p = row;
+#define PUT(v, T) do { T x_ = (T)(v); memcpy(p, &x_, sizeof x_); p += sizeof x_; } while (0)
+    PUT(code, int32_t); PUT(cycle, int64_t); PUT(depth, int32_t); PUT(parent, int32_t);
+    PUT(tid, int64_t); PUT(seq, int64_t); PUT(start, int64_t); PUT(end, int64_t);
+    i32 = (int32_t)replays; PUT(i32, int32_t); PUT(acc, double);
+    *p = ok ? 1 : 0;
+#undef PUT
+    Py_ssize_t n = PyByteArray_GET_SIZE(rows);
+    if (PyByteArray_Resize(rows, n + ROW_SIZE) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(rows) + n, row, ROW_SIZE);
+    return 0;
+}
+
+/* The `exit` half, after the call; -1: error (the caller reports it). */
+static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
+    long long end = now_ns(self->clock_offset);
+    TState *ts = e->ts;
+    if (e->ev) {
+        PyObject *r = PyObject_CallMethod(self->rec, "_gpu_end", "OLOL", (PyObject *)ts, e->seq,
+                                          e->ev, e->cycle);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    PyObject *stack = ts->stack;
+    if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
+    Py_ssize_t n = PyList_GET_SIZE(stack);
+    if (!n) { PyErr_SetString(PyExc_IndexError, "pop from empty list"); return -1; }
+    PyObject *top = PyList_GET_ITEM(stack, n - 1); /* list.pop(): the size shrinks, the */
+    Py_SET_SIZE(stack, n - 1);                     /* allocation stays for the next push */
+    Py_DECREF(top);
+    double acc = NAN;
+    if (result && self->acc_path != Py_None) {
+        PyObject *r = PyObject_CallMethod(self->rec, "_accept", "OO()OO", result, self->acc_path,
+                                          Py_None, self->site);
+        if (!r) return -1;
+        acc = PyFloat_AsDouble(r);
+        Py_DECREF(r);
+        if (acc == -1.0 && PyErr_Occurred()) return -1;
+    }
+    PyObject *rows = dget(d, s_rows);
+    if (!rows) { PyErr_SetObject(PyExc_AttributeError, s_rows); return -1; }
+    if (pack_row(rows, self->code, e->cycle, e->depth, e->parent, ts->tid, e->seq, e->start,
+                 end, ts->replays - e->rep0, acc, result != NULL) < 0)
+        return -1;
+    if (e->depth == 0) {
+        long long nb = PyByteArray_GET_SIZE(rows), fb, fns, last;
+        if (dget_cached(d, s_flush_bytes, &self->flush_bytes, &fb) < 0 ||
+            dget_cached(d, s_flush_ns, &self->flush_ns, &fns) < 0 ||
+            dget_cached(d, s_last_flush, &self->last_flush, &last) < 0)
+            return -1;
+        if ((nb >= fb || end - last >= fns) && (!ts->in_cycle || nb >= 4 * fb)) {
+            PyObject *r = PyObject_CallMethodNoArgs(self->rec, s_flush);
+            if (!r) return -1;
+            Py_DECREF(r);
+        }
+    }
+    return 0;
+}
+
+static PyObject *pc_call(PhaseCall *self, PyObject *args, PyObject *kwargs) {
+    PyObject *d = self->dict;
+    PyObject *v = dget(d, s_active);
+    if (v != Py_True && (!v || PyObject_IsTrue(v) != 1)) {
+        PyErr_Clear();
+        return PyObject_Call(self->fn, args, kwargs);
+    }
+    PyObject *nvtx = dget(d, s_nvtx), *prof = dget(d, s_profile);
+    if (self->code < 0 || nvtx != Py_None || prof != Py_None) {
+        PyObject *infos = dget(d, s_info);
+        if (self->code < 0 && infos && PyDict_Check(infos)) {
+            PyObject *info = PyDict_GetItemWithError(infos, self->site_id);
+            if (info && PyTuple_Check(info) && PyTuple_GET_SIZE(info) > 0) {
+                long c = PyLong_AsLong(PyTuple_GET_ITEM(info, 0));
+                if (!(c == -1 && PyErr_Occurred())) {
+                    PyObject *co = PyLong_FromLong(c);
+                    if (co) { Py_XSETREF(self->code_obj, co); self->code = c; }
+                }
+            }
+            PyErr_Clear();
+        }
+        return PyObject_Call(self->generic, args, kwargs);
+    }
+    Enter e = {0};
+    int st = do_enter(self, d, &e);
+    if (st) {
+        if (st < 0) report_failure(self, "enter");
+        Py_XDECREF(e.ts);
+        Py_XDECREF(e.ev);
+        return PyObject_Call(self->fn, args, kwargs);
+    }
+    PyObject *result = PyObject_Call(self->fn, args, kwargs);
+    PyObject *et = NULL, *ev = NULL, *etb = NULL;
+    if (!result) PyErr_Fetch(&et, &ev, &etb); /* the program's exception, given back below */
+    if (do_exit(self, d, &e, result) < 0) report_failure(self, "exit");
+    Py_DECREF(e.ts);
+    Py_XDECREF(e.ev);
+    if (!result) PyErr_Restore(et, ev, etb);
+    return result;
+}
+
+static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
+                               PyObject *kwnames);
+
+static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"rec", "fn", "site", "generic", "acc_path", "starts_cycle",
+                         "clock_offset", NULL};
+    PyObject *rec, *fn, *site, *generic, *acc_path;
+    int starts_cycle;
+    long long offset;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL", kw, &rec, &fn, &site, &generic,
+                                     &acc_path, &starts_cycle, &offset))
+        return NULL;
+    PyObject *dict = PyObject_GenericGetDict(rec, NULL);
+    if (!dict) return NULL;
+    PhaseCall *self = (PhaseCall *)type->tp_alloc(type, 0);
+    if (!self) { Py_DECREF(dict); return NULL; }
+    self->dict = dict;
+    self->vectorcall = pc_vectorcall;
+    Py_INCREF(rec); self->rec = rec;
+    Py_INCREF(fn); self->fn = fn;
+    Py_INCREF(site); self->site = site;
+    Py_INCREF(generic); self->generic = generic;
+    Py_INCREF(acc_path); self->acc_path = acc_path;
+    self->site_id = PyLong_FromVoidPtr(site);
+    self->code_obj = PyLong_FromLong(-1);
+    self->code = -1;
+    self->starts_cycle = starts_cycle;
+    self->clock_offset = offset;
+    if (!self->site_id || !self->code_obj) { Py_DECREF(self); return NULL; }
+    return (PyObject *)self;
+}
+
+static int pc_traverse(PhaseCall *self, visitproc visit, void *arg) {
+    Py_VISIT(self->rec); Py_VISIT(self->dict); Py_VISIT(self->fn); Py_VISIT(self->site);
+    Py_VISIT(self->generic); Py_VISIT(self->acc_path); Py_VISIT(self->seq_fn);
+    Py_VISIT(self->seq_iter);
+    return 0;
+}
+
+static int pc_clear(PhaseCall *self) {
+    Py_CLEAR(self->rec); Py_CLEAR(self->dict); Py_CLEAR(self->fn); Py_CLEAR(self->site);
+    Py_CLEAR(self->generic); Py_CLEAR(self->acc_path); Py_CLEAR(self->site_id);
+    Py_CLEAR(self->code_obj); Py_CLEAR(self->seq_fn); Py_CLEAR(self->seq_iter);
+    Py_CLEAR(self->last_flush.obj); Py_CLEAR(self->flush_ns.obj); Py_CLEAR(self->flush_bytes.obj);
+    return 0;
+}
+
+static void pc_dealloc(PhaseCall *self) {
+    PyObject_GC_UnTrack(self);
+    pc_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pc_get_code(PhaseCall *self, void *closure) { return PyLong_FromLong(self->code); }
+
+static PyGetSetDef pc_getset[] = {
+    {"code", (getter)pc_get_code, NULL, "the site's phase code, -1 before it is known", NULL},
+    {NULL},
+};
+
+/* The shim's call: native(args, kwargs), the wrapper's own tuple and dict passed as they are
+ * (no copy of either; an empty dict is no keywords). */
+static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
+                               PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 2 || kwnames || !PyTuple_Check(argv[0]) || !PyDict_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "PhaseCall takes (args tuple, kwargs dict)");
+        return NULL;
+    }
+    PyObject *kwargs = PyDict_GET_SIZE(argv[1]) ? argv[1] : NULL;
+    return pc_call((PhaseCall *)self, argv[0], kwargs);
+}
+
+PyTypeObject PhaseCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracekit.collectors.recording._native.PhaseCall",
+    .tp_basicsize = sizeof(PhaseCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "PhaseCall(rec, fn, site, generic, acc_path, starts_cycle, clock_offset): the "
+              "recording body of a phase site's sync wrapper (HotPath.sync_call), called as "
+              "native(args, kwargs).",
+    .tp_new = pc_new,
+    .tp_vectorcall_offset = offsetof(PhaseCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)pc_dealloc,
+    .tp_traverse = (traverseproc)pc_traverse,
+    .tp_clear = (inquiry)pc_clear,
+    .tp_getset = pc_getset,
+};
+
+int hotpath_init(PyObject *module) {
+    if (intern_names() < 0) return -1;
+    if (PyType_Ready(&TStateType) < 0 || PyType_Ready(&PhaseCallType) < 0) return -1;
+    Py_INCREF(&TStateType);
+    if (PyModule_AddObject(module, "ThreadState", (PyObject *)&TStateType) < 0) return -1;
+    Py_INCREF(&PhaseCallType);
+    if (PyModule_AddObject(module, "PhaseCall", (PyObject *)&PhaseCallType) < 0) return -1;
+    return 0;
+}

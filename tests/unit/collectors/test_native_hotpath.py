@@ -1,0 +1,301 @@
+"""The native hot path (collectors/recording/native/, the `_native` extension) against the
+Python one: the same program under both writes identical records; failures, pass-through and
+exceptions behave the same. `make test` runs this file twice: as built, and with
+TRACEKIT_NATIVE=0 (the fallback), where the side-by-side tests are skipped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracekit.collectors.phasemap import Site, Target
+from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.recording import native
+from tracekit.collectors.wrappers import make_wrapper
+from tracekit.store.raw.schema import ROW
+
+FORCED_OFF = os.environ.get(native.ENV_NATIVE, "") == "0"
+needs_native = pytest.mark.skipif(
+    native.NATIVE is None, reason=f"native hot path not loaded: {native.WHY_NOT}"
+)
+
+
+class Out:
+    def __init__(self, n: int) -> None:
+        self.accept_len = n
+
+
+def _rows(rec: Recorder) -> list[tuple[Any, ...]]:
+    """Every row the recorder wrote or buffered, times zeroed (they differ run to run)."""
+    import numpy as np
+
+    from tracekit.store.raw.ipc import read_stream
+
+    out: list[tuple[Any, ...]] = []
+    path = rec.dir / "records.arrow"
+    if path.exists():
+        table, _complete, _err = read_stream(path)
+        assert table is not None
+        for r in table.to_pylist():
+            r["start_ns"] = r["end_ns"] = 0
+            out.append(tuple(r[k] for k in list(r)[:11]))
+    for r in ROW.iter_unpack(bytes(rec._rows)):
+        acc = None if np.isnan(r[9]) else r[9]
+        out.append((*r[:6], 0, 0, r[8], acc, r[10]))
+    return out
+
+
+def _program(rec: Recorder) -> dict[str, Any]:
+    """Phases nested in cycles, a cycle target that is a phase too, a `starts_with` phase
+    outside cycles, acceptance from a return value, graph replays, a call that raises."""
+
+    def draft(fail: bool) -> None:
+        rec.count_replay()
+        if fail:
+            raise ValueError("draft failed")
+
+    def verify(n: int) -> Out:
+        ar()
+        rec.count_replay()
+        ar(k=1)
+        return Out(n)
+
+    def step(n: int) -> Out:
+        dr(False)
+        return ve(n)
+
+    def decode(n: int) -> int:
+        ar()
+        return n
+
+    ar = make_wrapper(lambda k=0: k, Site(Target("m", "ar"), phase="allreduce"), rec)
+    dr = make_wrapper(draft, Site(Target("m", "dr"), phase="draft", starts_cycle=True), rec)
+    ve = make_wrapper(verify, Site(Target("m", "ve"), phase="verify", accept_len="accept_len"), rec)
+    st = make_wrapper(step, Site(Target("m", "st"), cycle=True, cycle_accept_len="accept_len"), rec)
+    de = make_wrapper(decode, Site(Target("m", "de"), phase="decode", cycle=True), rec)
+    return {"ar": ar, "dr": dr, "ve": ve, "st": st, "de": de}
+
+
+def _run(tmp_path: Path, name: str, *, use_native: bool, cycles: int = 6) -> Recorder:
+    # flushes by count only (5 rows), so both runs flush at the same calls however slow
+    cfg = RecorderConfig(
+        raw_dir=tmp_path / name / "raw", flush_records=5, flush_seconds=1e6, native=use_native
+    )
+    rec = Recorder(cfg)
+    p = _program(rec)
+    for n in range(cycles):
+        assert p["st"](n).accept_len == n
+        assert p["ar"](k=n) == n
+        p["dr"](False)  # outside a cycle: starts one
+        with pytest.raises(ValueError, match="draft failed"):
+            p["dr"](True)
+        assert p["de"](n) == n
+    rec.close()
+    return rec
+
+
+def test_fallback_is_forced_by_the_environment() -> None:
+    if not FORCED_OFF:
+        pytest.skip("only under TRACEKIT_NATIVE=0")
+    assert native.NATIVE is None
+    rec = Recorder(RecorderConfig(raw_dir=Path("/nonexistent")))
+    assert rec._native is None
+    assert native.note() is None  # turned off on purpose: nothing to say
+
+
+def test_extension_is_built_where_a_compiler_is() -> None:
+    # `make test` builds the extension (pip install -e); only TRACEKIT_NATIVE=0 turns it off
+    if FORCED_OFF:
+        pytest.skip("TRACEKIT_NATIVE=0")
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}): the Python path is the install's")
+    assert native.NATIVE is not None, native.WHY_NOT
+
+
+@needs_native
+def test_native_and_python_paths_write_identical_records(tmp_path: Path) -> None:
+    # GIVEN the same program under a native and a Python recorder
+    nat = _run(tmp_path, "native", use_native=True)
+    py = _run(tmp_path, "python", use_native=False)
+    assert nat._native is not None
+    assert py._native is None
+    # THEN the same rows, byte for byte but for the times, and the same site table
+    rows_n, rows_p = _rows(nat), _rows(py)
+    assert len(rows_n) == 6 * 11  # cycle (5 rows), allreduce, draft, failed draft, decode (3)
+    assert rows_n == rows_p
+    assert nat._sites == py._sites
+    assert nat.flushes == py.flushes
+    # known answers: the verify rows carry accept_len n and 1 replay; the failed drafts ok False
+    verify = [r for r in rows_n if r[0] == nat._codes[id(_site_of(nat, "verify"))]]
+    assert [r[9] for r in verify] == [float(n) for n in range(6)]
+    assert {r[8] for r in verify} == {1}
+
+
+def _site_of(rec: Recorder, phase: str) -> Any:
+    for info in rec._info.values():
+        if info[5].phase == phase and not info[5].cycle:
+            return info[5]
+    raise AssertionError(phase)
+
+
+@needs_native
+def test_native_times_are_the_record_clock(tmp_path: Path) -> None:
+    import time
+
+    t0 = time.time_ns()
+    rec = _run(tmp_path, "t", use_native=True, cycles=2)
+    t1 = time.time_ns()
+    from tracekit.store.raw.ipc import read_stream
+
+    table, _c, _e = read_stream(rec.dir / "records.arrow")
+    assert table is not None
+    for r in table.to_pylist():
+        assert t0 <= r["start_ns"] <= r["end_ns"] <= t1
+
+
+@needs_native
+def test_native_wrapper_keeps_the_call_and_its_exception(tmp_path: Path) -> None:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    err = KeyError("k")
+
+    def f(a: int, *, b: int = 0) -> tuple[int, int]:
+        if a < 0:
+            raise err
+        return a, b
+
+    w = make_wrapper(f, Site(Target("m", "f"), phase="p"), rec)
+    assert getattr(w, "__tracekit_native__", None) is not None
+    for _ in range(3):  # the first calls register the site through `generic`
+        assert w(1, b=2) == (1, 2)
+    with pytest.raises(KeyError) as info:
+        w(-1)
+    assert info.value is err
+    assert info.traceback[-1].name == "f"
+    rec.close()
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_a_failing_hot_path_disables_itself_and_says_so_once(
+    tmp_path: Path, use_native: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    if use_native and native.NATIVE is None:
+        pytest.skip(native.WHY_NOT)
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", native=use_native))
+    w = make_wrapper(lambda x: x + 1, Site(Target("m", "g"), phase="p"), rec)
+    assert [w(i) for i in range(3)] == [1, 2, 3]
+    rec._rows = None  # type: ignore[assignment]  # the exit's row append now fails
+    assert [w(i) for i in range(5)] == [1, 2, 3, 4, 5]  # the program never sees it
+    assert rec.active is False
+    err = capfd.readouterr().err
+    assert err.count("recorder failed") == 1
+    assert "during exit" in err
+
+
+@needs_native
+def test_native_passes_through_while_compiling_flag_is_set(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    w = make_wrapper(lambda x: x, Site(Target("m", "h"), phase="p"), rec)
+    for i in range(3):
+        w(i)
+    n = rec.records
+    old = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True  # export / a compile session
+    try:
+        assert w(5) == 5
+    finally:
+        torch.compiler._is_compiling_flag = old
+    assert rec.records == n
+    w(6)
+    assert rec.records == n + 1
+    rec.close()
+
+
+@needs_native
+def test_dynamo_traces_the_native_wrapper_without_a_graph_break(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    w = make_wrapper(lambda x: x * 2, Site(Target("m", "d"), phase="p"), rec)
+    for _ in range(3):
+        w(torch.ones(2))  # registered: the native body is live
+
+    def prog(x: Any) -> Any:
+        return w(x) + 1
+
+    n = rec.records
+    compiled = torch.compile(prog, backend="eager", fullgraph=True)  # a graph break raises
+    assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 3.0))
+    assert rec.records == n  # traced code reaches neither the C object nor the recorder
+    rec.close()
+
+
+@needs_native
+def test_threads_and_interleaved_recorders_keep_their_own_state(tmp_path: Path) -> None:
+    a = Recorder(RecorderConfig(raw_dir=tmp_path / "a" / "raw"))
+    b = Recorder(RecorderConfig(raw_dir=tmp_path / "b" / "raw"))
+    wa = make_wrapper(lambda: 1, Site(Target("m", "a"), phase="pa"), a)
+    wb = make_wrapper(lambda: 2, Site(Target("m", "b"), phase="pb"), b)
+
+    def work() -> None:
+        for _ in range(50):
+            wa()
+            wb()  # the thread-state cache switches recorder every call
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    work()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for rec in (a, b):
+        rows = list(ROW.iter_unpack(bytes(rec._rows)))
+        assert len(rows) + rec._rows_written == 200
+        assert len({r[5] for r in rows}) == len(rows)  # seq unique
+        assert all(r[2] == 0 and r[3] == -1 for r in rows)  # depth 0, no parent
+        rec.close()
+
+
+@needs_native
+def test_driver_events_fall_back_to_torch_where_the_driver_is_missing(tmp_path: Path) -> None:
+    # GIVEN no CUDA driver on this machine (where one is, the device script measures it)
+    assert native.NATIVE is not None
+    why = native.NATIVE.driver_error()
+    if why is None:
+        pytest.skip("a CUDA driver is here")
+    assert "libcuda" in why
+    with pytest.raises(RuntimeError, match="driver API unavailable"):
+        native.NATIVE.CudaEvent(lambda d: 0, lambda: 0)
+    # WHEN a recorder asked for driver events calibrates on a (fake) CUDA device
+    from tests.unit.collectors.test_collectors_gpu_events import FakeCuda
+
+    cuda = FakeCuda()
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", driver_events=True))
+    rec._is_compiling = lambda: False
+    rec._cuda = cuda
+    w = make_wrapper(lambda: 1, Site(Target("m", "e"), phase="p"), rec)
+    for _ in range(4):
+        w()
+    # THEN it uses torch's events and says why in process.json
+    assert rec.process_info["gpu_events"].startswith("torch (")
+    assert cuda.records >= 2
+    rec.close()
+
+
+def test_a_missing_extension_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an install where the extension did not load (no compiler at install)
+    monkeypatch.setattr(native, "NATIVE", None)
+    monkeypatch.setattr(native, "WHY_NOT", "the C extension did not load (No module named x)")
+    monkeypatch.setattr(native, "_said", False)
+    # THEN the first note names why and what runs instead; later ones say nothing
+    line = native.note()
+    assert line is not None
+    assert "No module named x" in line
+    assert "Python path" in line
+    assert native.note() is None
