@@ -36,6 +36,8 @@ def _modules(pkg: ModuleType) -> list[str]:
 def _typing_imports(path: Path) -> list[ast.stmt]:
     """The project imports inside the `if TYPE_CHECKING:` blocks of the file at `path`."""
     out: list[ast.stmt] = []
+    if path.suffix != ".py":  # a compiled extension (the collectors' native hot path)
+        return out
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         test = node.test if isinstance(node, ast.If) else None
         name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
