@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.accept import read_attr_path
+from tracekit.collectors.compiled import gate as _gate
 from tracekit.store.raw.schema import ROW, SiteKind
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
@@ -260,12 +261,16 @@ class HotPath(Lifecycle):
         next_seq = self._next_seq
         if site.phase is None or site.cycle or site.needs_args:
             return generic
+        dyn, noted = _gate(site)
         starts_cycle = site.starts_cycle
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
         code = -1  # the site's phase code, known after its first call
 
         def call(*args: Any, **kwargs: Any) -> Any:
             nonlocal code
+            if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+                noted()
+                return fn(*args, **kwargs)
             if not rec.active:
                 return fn(*args, **kwargs)
             if code < 0 or rec._nvtx is not None or rec.profile is not None:
