@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
-from tracekit.store.merge_checks import accept_failures, unseen_cycle_phase
+from tracekit.store.merge_checks import accept_failures, compiled_unseen, unseen_cycle_phase
 from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
@@ -239,6 +239,9 @@ def merge(run_dir: Path | str) -> MergeResult:
     failed = accept_failures(procs)
     if failed is not None:
         warnings.append(failed)
+    unseen = compiled_unseen([p.info for p in procs])
+    if unseen is not None:
+        warnings.append(unseen)
 
     for rank, table in _counters(
         layout.raw, [p for g in by_rank.values() for p in g], warnings
