@@ -23,7 +23,7 @@ import polars as pl
 
 from tracekit.analyzers._load import EVENT_COLUMNS, read_events, read_rank, run_ranks
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
-from tracekit.analyzers.breakdown import rank_breakdown
+from tracekit.analyzers.breakdown import measured_on_one_rank, rank_breakdown
 from tracekit.analyzers.cyclerule import no_cycle_message
 from tracekit.analyzers.cycletime import cycle_frame, outside_cycles, recorded_cycles
 from tracekit.analyzers.intervals import collective_rows, rank_intervals
@@ -164,7 +164,9 @@ def combine(run_dir: Path, results: list[RankAnalysis | None]) -> RunAnalysis:
     return RunAnalysis(
         run_dir=Path(run_dir),
         ranks=tuple(found),
-        breakdown=_cat([r.breakdown for r in done]).sort("rank", "cycle", "start_ns"),
+        breakdown=measured_on_one_rank(
+            _cat([r.breakdown for r in done]).sort("rank", "cycle", "start_ns")
+        ),
         cycles=_cat([r.cycles for r in done]).sort("rank", "cycle"),
         unknown_comm=sorted({u for r in done for u in r.unknown}),
         collectives=_cat([r.collectives for r in done]),

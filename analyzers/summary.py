@@ -49,6 +49,9 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
             .len()
             .sort("allreduce_impl")
         )
+        measured = (
+            bool(rows["allreduce_measured"].all()) if "allreduce_measured" in rows.columns else True
+        )
         out[phase] = {
             "count": every.height,
             "gpu_timed_count": int(every["gpu_timed"].fill_null(False).sum())
@@ -58,10 +61,11 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
             "wall_ms_p50": _f(wall.median()),
             "wall_ms_p90": _f(wall.quantile(0.9, interpolation="linear")),
             "forward_pct": pct("forward_ns"),
-            "allreduce_pct": pct("allreduce_ns"),
+            "allreduce_pct": pct("allreduce_ns") if measured else None,
             "overhead_pct": pct("overhead_ns"),
             "graph_replayed_frac": _f(rows["graph_replayed"].cast(pl.Float64).mean()),
             "allreduce_impl": dict(impls.iter_rows()),
+            "allreduce_note": None if measured else IN_GRAPH,
         }
     return out
 
@@ -81,6 +85,7 @@ def device_split(bd: pl.DataFrame) -> dict[str, float] | None:
     return {c.removesuffix("_ns"): 100.0 * int(rows[c].sum()) / total for c in COMPONENT_COLUMNS}
 
 
+IN_GRAPH = "not measured (inside a CUDA graph; --mode full measures it)"
 NOT_MEASURED = (
     "allreduce not measured: {ranks} ranks recorded no communication, so their collectives ran "
     "where Python wrappers do not fire (inside a torch.compile graph or a captured CUDA graph); "

@@ -72,8 +72,24 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="generates (one prompt each)")
     p.add_argument("--new-tokens", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=6)
+    p.add_argument(
+        "--ab",
+        action="store_true",
+        help=(
+            "under `tracekit launch`: switch recording off and on between generates (after the "
+            "first: on, off, off, on, ...), each generate's state in `recording`"
+        ),
+    )
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
+
+
+def _recording_switch() -> Any:
+    """tracekit's `Recorder.set_recording` when `tracekit launch` instruments this process."""
+    runtime = sys.modules.get("tracekit.collectors.runtime")
+    current = getattr(runtime, "current", None)
+    rt = current() if current is not None else None
+    return getattr(getattr(rt, "recorder", None), "set_recording", None)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -119,7 +135,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(1)
     outputs: list[list[int]] = []
     wall_s: list[float] = []
-    for _ in range(args.rounds):
+    switch = _recording_switch() if args.ab else None
+    recording: list[bool] = []
+    for i in range(args.rounds):
+        on = i == 0 or (i - 1) % 4 in (0, 3)  # ABBA after the first (compiling) generate
+        if switch is not None:
+            switch(on)
+        recording.append(on if switch is not None else _recording_switch() is not None)
         prompt = torch.randint(1, cfg.vocab_size, (1, args.prompt_len), generator=gen)
         prompt = prompt.to(args.device)
         if args.device.startswith("cuda"):
@@ -146,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "recompiles": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
         "outputs": outputs,
         "wall_s": wall_s,
+        "recording": recording,
     }
     text = json.dumps(result)
     print(text)

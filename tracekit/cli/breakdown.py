@@ -42,6 +42,7 @@ INSTANCE_FIELDS = [
     "cpu_ns",
     "unattributed_ns",
     "graph_launches",
+    "allreduce_measured",
 ]
 _SUMS = ("wall_ns", "forward_ns", "allreduce_ns", "overhead_ns")
 _LABELS = {
