@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cuda")
-    p.add_argument("--pairs", type=int, default=2)
+    p.add_argument("--pairs", type=int, default=1)
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument("--quick", action="store_true", help="small sizes (the CPU check)")
     p.add_argument("--only", choices=["demo", "hf"], default=None)

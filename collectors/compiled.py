@@ -290,18 +290,21 @@ def install_boundaries(module: Any, boundaries: Boundaries) -> None:
     _dyn = _dyn or _torch_dyn()
     _mark_constants()
     ctx = getattr(module, "OptimizeContext", None)
-    orig = getattr(ctx, "__call__", None)
-    if ctx is None or orig is None or getattr(orig, _BOUNDARY, False):
-        if ctx is None:
-            sys.stderr.write(
-                "tracekit: torch._dynamo.eval_frame has no OptimizeContext in this torch: "
-                "calls of torch.compile'd callables are not recorded\n"
-            )
+    mro = ctx.__mro__ if isinstance(ctx, type) else ()
+    orig = next((vars(k)["__call__"] for k in mro if "__call__" in vars(k)), None)
+    if orig is None:
+        sys.stderr.write(
+            "tracekit: torch._dynamo.eval_frame has no OptimizeContext.__call__ in this torch: "
+            "calls of torch.compile'd callables are not recorded\n"
+        )
         return
+    if getattr(orig, _BOUNDARY, False):
+        return
+    call_orig: Callable[..., Any] = orig
 
-    @functools.wraps(orig)
+    @functools.wraps(call_orig)
     def __call__(self: Any, fn: Any) -> Any:
-        result = orig(self, fn)
+        result = call_orig(self, fn)
         try:
             return boundaries.wrap(result, fn)
         except Exception as exc:
@@ -309,7 +312,7 @@ def install_boundaries(module: Any, boundaries: Boundaries) -> None:
             return result
 
     setattr(__call__, _BOUNDARY, True)
-    ctx.__call__ = __call__
+    setattr(ctx, "__call__", __call__)  # noqa: B010 (mypy cannot type a class attribute set)
 
 
 def _mark_constants() -> None:

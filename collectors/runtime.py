@@ -234,9 +234,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
 
     boundaries = compiled.Boundaries(rec)
     boundaries.install()
-    hook.register(
-        compiled.EVAL_FRAME_MODULE, functools.partial(_install_boundaries, boundaries)
-    )
+    hook.register(compiled.EVAL_FRAME_MODULE, functools.partial(_install_boundaries, boundaries))
     hook.register("multiprocessing.util", rt.mp_util_imported)
     hook.install()
     atexit.register(rec.close)

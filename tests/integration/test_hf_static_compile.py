@@ -70,7 +70,8 @@ def test_hf_static_cache_compiled_generate_recorded_call_for_call(
     assert alone["dynamo"]["stats"]["unique_graphs"] == 1
     # and every forward call (2 eager prefills + 10 compiled decode steps) is one decode
     # instance, one cycle each (starts_with = "decode")
-    assert traced["forward_calls"] == 12 and traced["decode_calls"] == 10
+    assert traced["forward_calls"] == 12
+    assert traced["decode_calls"] == 10
     phases = read_table(tmp_path / "run", "phases")
     assert phases["phase"].to_list() == ["decode"] * traced["forward_calls"]
     assert run.recorded.filter(run.recorded["cycle"] >= 0).height == traced["forward_calls"]

@@ -112,7 +112,7 @@ def _build(rank: int, opts: DemoOptions, backend: str) -> _Rank:
             simulate_accept_len=opts.simulate_accept_len,
         )
     if opts.compile:
-        decoder.compile_target(**({"mode": "reduce-overhead"} if opts.device == "cuda" else {}))
+        decoder.compile_target("reduce-overhead" if opts.device == "cuda" else None)
     return _Rank(device, dtype, group, use_graphs, decoder)
 
 

@@ -105,15 +105,15 @@ class _Decoder:
         self.static_kv = False  # the target reads the whole masked cache (compiled: one shape)
         self.target_calls = 0  # the program's own count of target forward calls
 
-    def compile_target(self, **options: object) -> None:
-        """Run the target under `torch.compile(target, **options)` (`--compile`). Its calls then
+    def compile_target(self, mode: str | None = None) -> None:
+        """Run the target under `torch.compile(target, mode=mode)` (`--compile`). Its calls then
         read the whole static cache through the position mask (kv_len None: one shape a token
         count, no recompile a step); on CUDA the cache tensors are marked static addresses, so
         reduce-overhead's CUDA graphs may write them in place (as transformers' StaticCache)."""
         if self.device.type == "cuda":
             for t in (*self.cache.keys, *self.cache.values):
                 torch._dynamo.mark_static_address(t)
-        self.target = torch.compile(self.target, **options)  # type: ignore[assignment]
+        self.target = torch.compile(self.target, mode=mode)  # type: ignore[assignment]
         self.static_kv = True
 
     def _kv(self, n: int) -> int | None:

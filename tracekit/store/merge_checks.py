@@ -92,7 +92,9 @@ def compiled_boundaries(infos: list[dict[str, Any]]) -> list[str]:
     lines = [
         f"{target} (phase {phase}) recorded at the compiled boundary: each call of the "
         f"torch.compile'd {compiled} is one {phase} instance"
-        for (target, compiled), (phase, _n, _p) in sorted(_compiled_rows(infos, "boundaries").items())
+        for (target, compiled), (phase, _n, _p) in sorted(
+            _compiled_rows(infos, "boundaries").items()
+        )
     ]
     lines += [
         f"{target} (phase {phase}) runs inside the torch.compile'd {compiled}: its calls are "

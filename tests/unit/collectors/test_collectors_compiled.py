@@ -92,7 +92,8 @@ def _phase_rows(rec: Recorder) -> list[dict[str, Any]]:
     if not (rec.dir / RECORDS_FILE).exists():
         return []
     table, _complete, err = read_stream(rec.dir / RECORDS_FILE)
-    assert err is None and table is not None
+    assert err is None
+    assert table is not None
     sites = json.loads((rec.dir / SITES_FILE).read_text())["sites"] if table.num_rows else []
     return [r for r in decode(table, sites) if r["kind"] == "phase"]
 
@@ -143,8 +144,10 @@ def _same_program(form: str, backend: str, tmp_path: Path) -> None:
     phase = "draft" if form == "function" else "verify"
     assert [(r["phase"], r["depth"]) for r in rows] == [(phase, 0)] * 8
     (row,) = bounds.report["boundaries"]
-    assert row["phase"] == phase and row["traced"] == 2
-    assert bounds.report["unattached"] == [] and bounds.report["inner"] == []
+    assert row["phase"] == phase
+    assert row["traced"] == 2
+    assert bounds.report["unattached"] == []
+    assert bounds.report["inner"] == []
 
 
 @pytest.mark.parametrize("form", ["module", "method", "function"])
@@ -178,7 +181,8 @@ def test_allreduce_inside_a_compiled_forward_is_inner_and_said_once(
     assert rows == []
     assert bounds.report["boundaries"] == []
     (inner,) = bounds.report["inner"]
-    assert inner["target"] == "prog:allreduce" and inner["traced"] == 1
+    assert inner["target"] == "prog:allreduce"
+    assert inner["traced"] == 1
     assert inner["compiled"].endswith("Sharded.__call__")
     assert capsys.readouterr().err.count("is traced inside the torch.compile'd") == 1
 
@@ -210,7 +214,8 @@ def test_compiled_caller_takes_the_outermost_target_it_reaches(
     # draft's call, is its sub-phase, which the compiled call hides: said once
     assert [(r["phase"], r["depth"]) for r in rows] == [("draft", 0), ("draft", 0)]
     (top,) = bounds.report["boundaries"]
-    assert top["target"] == "prog:drafting" and top["compiled"].endswith(":" + outer.__qualname__)
+    assert top["target"] == "prog:drafting"
+    assert top["compiled"].endswith(":" + outer.__qualname__)
     (inner,) = bounds.report["inner"]
     assert inner["target"] == "prog:Net.forward"
     assert capsys.readouterr().err.count("prog:Net.forward (phase verify) is traced inside") == 1
