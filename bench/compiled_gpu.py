@@ -7,7 +7,8 @@ and analysed elsewhere: the GPU machine may lack polars):
    and full mode (the target under torch.compile, mode reduce-overhead on CUDA);
 2. bench/hf_static_compile.py (HF static-cache generate compiled by transformers, inductor
    reduce-overhead on CUDA), alone and under `tracekit launch` (light, `--ab`: recording
-   switched off and on between generates in the same process), alternated `--pairs` times.
+   switched off and on between generates in the same process), and with `--kinds` also under
+   launch with TRACEKIT_DISABLE=1 (the launcher's cost alone), alternated `--pairs` times.
 
     python bench/compiled_gpu.py --out OUT [--device cuda] [--pairs 2]
     python bench/compiled_gpu.py --out /tmp/x --device cpu --quick     # the script's CPU check
@@ -94,15 +95,18 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
         prog += ["--layers", "4", "--new-tokens", "48", "--rounds", "13"]
     else:
         prog += ["--backend", "eager", "--new-tokens", "4", "--rounds", "5"]
+    kinds = args.kinds.split(",")
     for i in range(args.pairs):
-        order = ("alone", "traced") if i % 2 == 0 else ("traced", "alone")
-        for kind in order:
+        for kind in kinds if i % 2 == 0 else kinds[::-1]:
             name = f"hf-{kind}-{i}"
             res = out / f"{name}.json"
             cmd = [*prog, "--out", str(res)]
-            if kind == "traced":
+            env = None
+            if kind in ("traced", "disabled"):
                 cmd = _launch(out, name, "light", ["--phases", str(phases)], [*cmd, "--ab"])
-            step = _run(cmd, args.step_timeout)
+            if kind == "disabled":  # launched, recording nothing: the launcher's own cost
+                env = {**os.environ, "TRACEKIT_DISABLE": "1"}
+            step = _run(cmd, args.step_timeout, env)
             step["name"] = name
             if res.exists():
                 step["result"] = json.loads(res.read_text())
@@ -114,6 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cuda")
     p.add_argument("--pairs", type=int, default=1)
+    p.add_argument(
+        "--kinds",
+        default="alone,traced",
+        help="HF runs of each round, in order (reversed every other round): alone, traced, "
+        "disabled (under launch with TRACEKIT_DISABLE=1)",
+    )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument("--quick", action="store_true", help="small sizes (the CPU check)")
     p.add_argument("--only", choices=["demo", "hf"], default=None)

@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     bounds = compiled.Boundaries(rec)
     bounds.install()
     compiled.install_boundaries(ef, bounds)
-    install(mod, Site(Target("bench_prog", "Mapped.forward"), phase="decode", starts_cycle=True), rec)
+    install(
+        mod, Site(Target("bench_prog", "Mapped.forward"), phase="decode", starts_cycle=True), rec
+    )
     mapped = torch.compile(mapped_mod, backend=args.backend)
     with torch.inference_mode():
         same = torch.equal(mapped(x), plain(x))

@@ -44,6 +44,7 @@ def _median(xs: list[float]) -> float | None:
 
 def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
     alone: list[float] = []
+    disabled: list[float] = []
     on: list[float] = []
     off: list[float] = []
     runs = []
@@ -52,8 +53,8 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
         if not s["name"].startswith("hf-") or res is None:
             continue
         walls = res["wall_s"][1:]
-        if s["name"].startswith("hf-alone"):
-            alone += walls
+        if s["name"].startswith(("hf-alone", "hf-disabled")):
+            (alone if s["name"].startswith("hf-alone") else disabled).extend(walls)
             continue
         rec = res.get("recording", [True] * len(res["wall_s"]))[1:]
         on += [w for w, r in zip(walls, rec, strict=True) if r]
@@ -68,6 +69,7 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
                 "run": s["name"],
                 "forward_calls_made": res["forward_calls"],
                 "recording_on_generates": sum(res.get("recording", [])),
+                "forward_calls_while_recording": res["new_tokens"] * sum(res.get("recording", [])),
                 "decode_records": dec.height,
                 "replays_made": res["replays"],
                 "replays_in_decode_records": int(dec["graph_replays"].fill_null(0).sum()),
@@ -76,8 +78,9 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
                 "dynamo": res["dynamo"],
             }
         )
-    ms = {k: (None if v is None else 1e3 * v) for k, v in
-          {"alone": _median(alone), "on": _median(on), "off": _median(off)}.items()}  # fmt: skip
+    meds = {"alone": _median(alone), "disabled": _median(disabled), "on": _median(on),
+            "off": _median(off)}  # fmt: skip
+    ms = {k: (None if v is None else 1e3 * v) for k, v in meds.items()}
     pct = {}
     if ms["alone"] and ms["on"]:
         pct["on_vs_alone_pct"] = 100 * (ms["on"] / ms["alone"] - 1)
@@ -86,7 +89,12 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "runs": runs,
         "generate_ms_median": ms,
-        "generates": {"alone": len(alone), "on": len(on), "off": len(off)},
+        "generates": {
+            "alone": len(alone),
+            "disabled": len(disabled),
+            "on": len(on),
+            "off": len(off),
+        },
         **pct,
     }
 
