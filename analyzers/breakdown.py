@@ -108,6 +108,14 @@ def rank_breakdown(rp: RankPhases, intervals: tuple[pl.DataFrame, pl.DataFrame])
     return rows
 
 
+def hidden_in_compiled(bd: pl.DataFrame) -> pl.DataFrame:
+    """Rows of a light-mode rank whose allreduce target ran inside torch.compile'd calls
+    (`_load.hides_allreduce`): an instance without allreduce time has its allreduce not
+    measured (the collectives may be inside the compiled call it made), not 0."""
+    hidden = pl.col("approximate") & (pl.col("allreduce_ns") == 0)
+    return bd.with_columns((pl.col("allreduce_measured") & ~hidden).alias("allreduce_measured"))
+
+
 def measured_on_one_rank(bd: pl.DataFrame) -> pl.DataFrame:
     """A run of one rank has nothing to communicate: its allreduce is measured (0) even in
     CUDA graphs (`allreduce_measured` is decided per rank, before the ranks are known)."""

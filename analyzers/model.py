@@ -21,9 +21,15 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyzers._load import EVENT_COLUMNS, read_events, read_rank, run_ranks
+from tracekit.analyzers._load import (
+    EVENT_COLUMNS,
+    hides_allreduce,
+    read_events,
+    read_rank,
+    run_ranks,
+)
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
-from tracekit.analyzers.breakdown import measured_on_one_rank, rank_breakdown
+from tracekit.analyzers.breakdown import hidden_in_compiled, measured_on_one_rank, rank_breakdown
 from tracekit.analyzers.cyclerule import no_cycle_message
 from tracekit.analyzers.cycletime import cycle_frame, outside_cycles, recorded_cycles
 from tracekit.analyzers.intervals import collective_rows, rank_intervals
@@ -115,6 +121,8 @@ def analyze_rank(
     ivals, extras = rank_intervals(inputs, rp, table)
     unknown = ivals.filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String)
     bd = rank_breakdown(rp, (ivals, extras))
+    if rp.approximate and hides_allreduce(Path(run_dir), rank):
+        bd = hidden_in_compiled(bd)
     cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
     rec = None
     if recorded:

@@ -65,7 +65,7 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
             "overhead_pct": pct("overhead_ns"),
             "graph_replayed_frac": _f(rows["graph_replayed"].cast(pl.Float64).mean()),
             "allreduce_impl": dict(impls.iter_rows()),
-            "allreduce_note": None if measured else IN_GRAPH,
+            "allreduce_note": None if measured else _unmeasured_note(rows),
         }
     return out
 
@@ -86,6 +86,16 @@ def device_split(bd: pl.DataFrame) -> dict[str, float] | None:
 
 
 IN_GRAPH = "not measured (inside a CUDA graph; --mode full measures it)"
+IN_COMPILED = "not measured (inside a torch.compile'd call; --mode full measures it)"
+
+
+def _unmeasured_note(rows: pl.DataFrame) -> str:
+    """Why a phase's allreduce is not measured: CUDA graphs when an unmeasured instance
+    replayed one, else the compiled calls its allreduce target ran in."""
+    unmeasured = rows.filter(~pl.col("allreduce_measured"))
+    return IN_GRAPH if bool(unmeasured["graph_replayed"].any()) else IN_COMPILED
+
+
 NOT_MEASURED = (
     "allreduce not measured: {ranks} ranks recorded no communication, so their collectives ran "
     "where Python wrappers do not fire (inside a torch.compile graph or a captured CUDA graph); "

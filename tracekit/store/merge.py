@@ -23,7 +23,12 @@ import pyarrow as pa
 
 from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
-from tracekit.store.merge_checks import accept_failures, compiled_unseen, unseen_cycle_phase
+from tracekit.store.merge_checks import (
+    accept_failures,
+    compiled_unseen,
+    hides_allreduce,
+    unseen_cycle_phase,
+)
 from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
@@ -119,6 +124,8 @@ def _manifest_rows(p: ProcessData, run: dict[str, Any]) -> Iterator[tuple[str, s
     unresolved = p.info.get("unresolved")
     for t, why in (unresolved if isinstance(unresolved, dict) else {}).items():
         yield "targets", str(t), f"unresolved: {why}"
+    if hides_allreduce(p.info):
+        yield "compiled", "hidden_allreduce", "true"
 
 
 def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[int, pa.Table]:

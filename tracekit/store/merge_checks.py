@@ -102,3 +102,13 @@ def compiled_boundaries(infos: list[dict[str, Any]]) -> list[str]:
         for (target, compiled), (phase, _n, _p) in sorted(_compiled_rows(infos, "inner").items())
     ]
     return lines
+
+
+def hides_allreduce(info: dict[str, Any]) -> bool:
+    """True when the process ran an `allreduce` target inside a torch.compile'd call
+    (process.json `compiled.inner`): its light-mode allreduce time is unknown, not 0 (merge
+    writes the manifests row `compiled` / `hidden_allreduce`)."""
+    comp = info.get("compiled")
+    inner = comp.get("inner") if isinstance(comp, dict) else None
+    rows = inner if isinstance(inner, list) else []
+    return any(isinstance(r, dict) and r.get("phase") == "allreduce" for r in rows)

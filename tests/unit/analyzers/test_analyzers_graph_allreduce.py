@@ -16,12 +16,12 @@ import pytest
 
 from tests.unit.analyzers.builders import RankTrace, write_events, write_rows
 from tracekit.analyzers.model import analyze
-from tracekit.analyzers.summary import IN_GRAPH, summarize
+from tracekit.analyzers.summary import IN_COMPILED, IN_GRAPH, summarize
 
 
-def _light(run_dir: Path, ranks: tuple[int, ...]) -> Path:
-    """draft eager with one allreduce call (500 of 1000 ns); verify replayed 2 graphs and
-    recorded no allreduce call (its collectives ran inside the graphs)."""
+def _light(run_dir: Path, ranks: tuple[int, ...], replays: int = 2) -> Path:
+    """draft eager with one allreduce call (500 of 1000 ns); verify replayed `replays` graphs
+    and recorded no allreduce call (its collectives ran inside the graphs)."""
     for rank in ranks:
         rows = [
             {"pid": 1, "tid": 1, "ok": True, "cycle": 0, "phase": "draft", "depth": 0, "seq": 0,
@@ -29,7 +29,7 @@ def _light(run_dir: Path, ranks: tuple[int, ...]) -> Path:
             {"pid": 1, "tid": 1, "ok": True, "cycle": 0, "phase": "allreduce", "depth": 1,
              "parent": "draft", "seq": 1, "start_ns": 1200, "end_ns": 1700, "graph_replays": 0},
             {"pid": 1, "tid": 1, "ok": True, "cycle": 0, "phase": "verify", "depth": 0, "seq": 2,
-             "start_ns": 2000, "end_ns": 4000, "graph_replays": 2},
+             "start_ns": 2000, "end_ns": 4000, "graph_replays": replays},
         ]  # fmt: skip
         write_rows(run_dir, "phases", rank, rows)
         write_rows(
@@ -90,3 +90,22 @@ def test_full_graph_replay_kernels_and_allreduce_inside_it(tmp_path: Path) -> No
         assert r["allreduce_measured"] is True
         assert r["kernels"] == 5
         assert r["allreduce_impl"] == "custom_ar+nccl:RING/LL/bf16+torch_symm_mem"
+
+
+def test_light_allreduce_hidden_in_compiled_calls_is_not_measured(tmp_path: Path) -> None:
+    # GIVEN the TP2 light run above without graph replays, whose collectors said the allreduce
+    # target ran inside torch.compile'd calls (merge's manifests row compiled/hidden_allreduce)
+    run = _light(tmp_path / "compiled", (0, 1), replays=0)
+    before = summarize(run)
+    assert before["phases"]["verify"]["allreduce_pct"] == 0.0  # nothing says it is hidden
+    for rank in (0, 1):
+        write_rows(
+            run, "manifests", rank,
+            [{"section": "compiled", "key": "hidden_allreduce", "value": "true"}],
+        )  # fmt: skip
+    # WHEN summarised
+    s = summarize(run)
+    # THEN verify (no allreduce call of its own) is not measured, draft (its call) is 50%
+    assert s["phases"]["verify"]["allreduce_pct"] is None
+    assert s["phases"]["verify"]["allreduce_note"] == IN_COMPILED
+    assert s["phases"]["draft"]["allreduce_pct"] == pytest.approx(50.0)
