@@ -133,13 +133,12 @@ def _wrapper_files() -> frozenset[str]:
 class Boundary:
     """One compiled callable: its name and the site its calls are recorded as."""
 
-    __slots__ = ("args_self", "calls", "name", "site")
+    __slots__ = ("args_self", "name", "site")
 
     def __init__(self, name: str, args_self: object) -> None:
         self.name = name
         self.site: Site | None = None
         self.args_self = args_self  # the bound `self` a method's accept rule counts, or None
-        self.calls = 0
 
 
 def _name(fn: Any) -> str:
@@ -231,7 +230,10 @@ class Boundaries:
         b = Boundary(_name(fn), owner)
         self.boundaries.append(b)
         body = _boundary_call(compiled, b, self.rec)
-        functools.update_wrapper(body, compiled)
+        functools.update_wrapper(body, compiled)  # Dynamo's attributes too (_torchdynamo_*)
+        if hasattr(body, "_torchdynamo_wrapper_id"):
+            # torch follows `_torchdynamo_orig_callable` only from the wrapper whose id this is
+            body._torchdynamo_wrapper_id = id(body)  # type: ignore[attr-defined]
         setattr(body, _BOUNDARY, b)
         return body
 
@@ -258,7 +260,6 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
             ok = True
         finally:
             _tls.call = prev
-            b.calls += 1
             if fr is None and me[2] and b.site is not None:
                 fr = _late_frame(rec, b.site, start, rep0)
             if fr is not None:

@@ -270,3 +270,21 @@ def test_graph_break_inside_the_target_counts_each_call_once(
     for r in rows:
         if r["depth"] > 0:
             assert any(t["start_ns"] <= r["start_ns"] and r["end_ns"] <= t["end_ns"] for t in top)
+
+
+def test_boundary_keeps_dynamo_attributes_and_unwraps_like_torch(
+    tmp_path: Path, clean_dynamo: None
+) -> None:
+    from torch._dynamo.eval_frame import innermost_fn
+
+    # GIVEN a function compiled under tracekit
+    mod = _program()
+    _rec, _bounds = _recorder(tmp_path)
+    c = torch.compile(mod.step, backend="eager")
+    # THEN torch finds the original callable through the boundary, as without tracekit, and
+    # the compiled callable's attributes are there
+    assert getattr(c, compiled._BOUNDARY) is not None
+    assert innermost_fn(c) is mod.step
+    assert c._is_torch_compile is True  # type: ignore[attr-defined]
+    assert c.__wrapped__ is not None  # type: ignore[attr-defined]
+    assert c.__name__ == "step"
