@@ -233,7 +233,7 @@ class Boundaries:
         functools.update_wrapper(body, compiled)  # Dynamo's attributes too (_torchdynamo_*)
         if hasattr(body, "_torchdynamo_wrapper_id"):
             # torch follows `_torchdynamo_orig_callable` only from the wrapper whose id this is
-            body._torchdynamo_wrapper_id = id(body)  # type: ignore[attr-defined]
+            body._torchdynamo_wrapper_id = id(body)
         setattr(body, _BOUNDARY, b)
         return body
 
