@@ -288,3 +288,31 @@ def test_boundary_keeps_dynamo_attributes_and_unwraps_like_torch(
     assert c._is_torch_compile is True  # type: ignore[attr-defined]
     assert c.__wrapped__ is not None  # type: ignore[attr-defined]
     assert c.__name__ == "step"
+
+
+def test_wrapper_made_before_torch_was_imported(
+    tmp_path: Path, clean_dynamo: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch._dynamo.eval_frame as ef
+
+    # GIVEN a target wrapped while torch was not imported yet (its gate checks torch late)
+    mod = _program()
+    torch_dyn = compiled._torch_dyn
+    monkeypatch.setattr(compiled, "_dyn", None)
+    monkeypatch.setattr(compiled, "_torch_dyn", lambda: None)
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    bounds = compiled.Boundaries(rec)
+    bounds.install()
+    install(mod, Site(Target("prog", "step"), phase="draft"), rec)
+    # and torch._dynamo imported afterwards (the import hook installs the boundaries)
+    monkeypatch.setattr(compiled, "_torch_dyn", torch_dyn)
+    compiled.install_boundaries(ef, bounds)
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    # WHEN compiled and called 3 times
+    c = torch.compile(mod.step, backend="eager", fullgraph=True)
+    outs = [c(x) for _ in range(3)]
+    rows = _phase_rows(rec)
+    # THEN the output, one graph, no recompile, 3 records
+    assert all(torch.equal(o, (x.sin() * 2).sum(-1)) for o in outs)
+    assert _counters()["stats"]["unique_graphs"] == 1
+    assert [r["phase"] for r in rows] == ["draft"] * 3
