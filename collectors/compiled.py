@@ -239,20 +239,26 @@ class Boundaries:
 
 
 def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> Callable[..., Any]:
+    """The compiled callable's wrapper: its site known, a plain `enter` / call / `exit`; not
+    yet (it may compile now), the call's start is kept for a record made when it returns."""
     enter, leave = rec.enter, rec.exit
+    marker: list[Any] = [b, None, False]  # this thread's current call, once `b.site` is known
     from tracekit.collectors.recording.state import now_ns
 
+    own = -1  # 1: the site's accept rule reads arguments and `self` goes first
+
     def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal own
         if not rec.active:
             return compiled(*args, **kwargs)
-        prev = getattr(_tls, "call", None)
         site = b.site
-        fr = enter(site) if site is not None else None
-        ts = getattr(rec._loc, "ts", None)
-        rep0 = ts.replays if ts is not None else 0
-        start = now_ns()
-        me: list[Any] = [b, fr, False]
-        _tls.call = me
+        if site is None:
+            return _discovering(compiled, b, rec, now_ns, args, kwargs)
+        if own < 0:
+            own = int(b.args_self is not None and site.needs_args)
+        prev = getattr(_tls, "call", None)
+        fr = enter(site)
+        _tls.call = marker
         ok = False
         result = None
         try:
@@ -260,14 +266,43 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
             ok = True
         finally:
             _tls.call = prev
-            if fr is None and me[2] and b.site is not None:
-                fr = _late_frame(rec, b.site, start, rep0)
             if fr is not None:
-                a = args if b.args_self is None else (b.args_self, *args)
-                leave(fr, ok, result, a, kwargs)
+                leave(fr, ok, result, (b.args_self, *args) if own else args, kwargs)
         return result
 
     return call
+
+
+def _discovering(
+    compiled: Callable[..., Any],
+    b: Boundary,
+    rec: Recorder,
+    now_ns: Callable[[], int],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """A call of a compiled callable whose site is not known: Dynamo may trace it now (and
+    `traced` attach a site); then the call is recorded when it returns, from its start."""
+    prev = getattr(_tls, "call", None)
+    ts = getattr(rec._loc, "ts", None)
+    rep0 = ts.replays if ts is not None else 0
+    start = now_ns()
+    me: list[Any] = [b, None, False]
+    _tls.call = me
+    ok = False
+    result = None
+    try:
+        result = compiled(*args, **kwargs)
+        ok = True
+    finally:
+        _tls.call = prev
+        site = b.site
+        if me[2] and site is not None:
+            fr = _late_frame(rec, site, start, rep0)
+            if fr is not None:
+                own = b.args_self is not None and site.needs_args
+                rec.exit(fr, ok, result, (b.args_self, *args) if own else args, kwargs)
+    return result
 
 
 def _late_frame(rec: Recorder, site: Site, start: int, rep0: int) -> Any:

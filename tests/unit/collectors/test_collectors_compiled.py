@@ -316,3 +316,29 @@ def test_wrapper_made_before_torch_was_imported(
     assert all(torch.equal(o, (x.sin() * 2).sum(-1)) for o in outs)
     assert _counters()["stats"]["unique_graphs"] == 1
     assert [r["phase"] for r in rows] == ["draft"] * 3
+
+
+def test_acceptance_read_at_the_compiled_boundary(tmp_path: Path, clean_dynamo: None) -> None:
+    from tracekit.collectors.phasemap import parse
+
+    # GIVEN a mapped module forward whose accept rule reads its argument (`self` first: the
+    # compiled module's call passes no `self`, the boundary adds it)
+    pmap = parse(
+        """
+        [[phase]]
+        name = "verify"
+        targets = ["prog:Net.forward"]
+        accept = { from = "arg:x", value = "shape[0]" }
+        """
+    )
+    (site,) = pmap.sites()["prog"]
+    mod = _program()
+    rec, _bounds = _recorder(tmp_path)
+    install(mod, site, rec)
+    net = torch.compile(mod.Net(), backend="eager")
+    # WHEN called with 2 then 5 rows (a new shape: one recompile)
+    for n in (2, 5):
+        net(torch.ones(n, 8))
+    rows = _phase_rows(rec)
+    # THEN each compiled call carries its acceptance, read from its argument
+    assert [(r["phase"], r["accept_len"]) for r in rows] == [("verify", 2.0), ("verify", 5.0)]
