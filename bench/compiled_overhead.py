@@ -6,13 +6,17 @@ phase target (`decode`, `[cycle] starts_with = "decode"`) wrapped by tracekit, c
 tracekit wrapped torch.compile (each call is recorded at the compiled boundary: one `decode`
 record a call), and `Plain`, compiled before (no tracekit anywhere on its path). Both compile to
 the same graph (the FX graph cache serves the second). Calls run in blocks of `--block` calls
-in the order Plain, Mapped, Mapped, Plain, ... (ABBA: a linear drift of the machine cancels);
-each block's mean call time is one sample; the figure is the ratio of the medians over blocks,
-and the records written are checked against the calls made.
+in the order Plain, Mapped, Mapped (recording off), Mapped (off), Mapped, Plain, ... (a linear
+drift of the machine cancels); each block's mean call time is one sample; the figures are the
+ratios of the medians over blocks: Mapped against Plain (tracekit against no tracekit; two
+module instances, so their own speed may differ a little) and Mapped against Mapped with
+recording off (the recording's cost on one module), and the records written are checked
+against the calls made while recording.
 
     python bench/compiled_overhead.py [--blocks 40] [--block 200] [--hidden 512] [--layers 4]
 
-Prints JSON: per-call medians (µs), overhead %, records against calls, the load average.
+Prints JSON: per-call medians (µs) of wall and of this thread's CPU time (which a loaded
+machine's lost time slices do not inflate), overhead %, records against calls, load average.
 """
 
 from __future__ import annotations
@@ -97,19 +101,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with torch.inference_mode():
         same = torch.equal(mapped(x), plain(x))
         calls = 1
-        samples: dict[str, list[float]] = {"plain": [], "mapped": []}
-        for i in range(2 * args.blocks):
-            kind = "plain" if i % 4 in (0, 3) else "mapped"
+        samples: dict[str, list[float]] = {"plain": [], "mapped": [], "mapped_off": []}
+        cpu: dict[str, list[float]] = {k: [] for k in samples}
+        order = ("plain", "mapped", "mapped_off", "mapped_off", "mapped", "plain")
+        for i in range(3 * args.blocks):
+            kind = order[i % len(order)]
             fn = plain if kind == "plain" else mapped
-            t0 = time.perf_counter_ns()
+            rec.set_recording(kind == "mapped")
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             for _ in range(args.block):
                 fn(x)
             samples[kind].append((time.perf_counter_ns() - t0) / args.block / 1e3)
+            cpu[kind].append((time.thread_time_ns() - c0) / args.block / 1e3)
             if kind == "mapped":
                 calls += args.block
+    rec.set_recording(True)
     rec.close()
     records = rec.records
     med = {k: statistics.median(v) for k, v in samples.items()}
+    cmed = {k: statistics.median(v) for k, v in cpu.items()}
     result = {
         "backend": args.backend,
         "hidden": args.hidden,
@@ -118,8 +128,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "blocks": args.blocks,
         "block": args.block,
         "call_us_median": med,
+        # this thread's CPU time a call (one torch thread: the compiled kernels run on it too),
+        # which time slices lost to other processes of a loaded machine do not inflate
+        "cpu_us_median": cmed,
+        "cpu_overhead_pct": 100 * (cmed["mapped"] / cmed["plain"] - 1),
+        "cpu_recording_pct": 100 * (cmed["mapped"] / cmed["mapped_off"] - 1),
+        "cpu_recording_us": cmed["mapped"] - cmed["mapped_off"],
         "overhead_pct": 100 * (med["mapped"] / med["plain"] - 1),
         "overhead_us": med["mapped"] - med["plain"],
+        # the same compiled module, recording on against off (the recording's own cost)
+        "recording_pct": 100 * (med["mapped"] / med["mapped_off"] - 1),
+        "recording_us": med["mapped"] - med["mapped_off"],
         "mapped_calls": calls,
         "records": records,
         "same_output": same,
