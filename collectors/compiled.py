@@ -249,11 +249,11 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
 
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal own
+        site = b.site
+        if site is None:  # also while recording is off: a compile now must find its caller
+            return _discovering(compiled, b, rec, now_ns, args, kwargs)
         if not rec.active:
             return compiled(*args, **kwargs)
-        site = b.site
-        if site is None:
-            return _discovering(compiled, b, rec, now_ns, args, kwargs)
         if own < 0:
             own = int(b.args_self is not None and site.needs_args)
         prev = getattr(_tls, "call", None)
@@ -297,7 +297,7 @@ def _discovering(
     finally:
         _tls.call = prev
         site = b.site
-        if me[2] and site is not None:
+        if me[2] and site is not None and rec.active:
             fr = _late_frame(rec, site, start, rep0)
             if fr is not None:
                 own = b.args_self is not None and site.needs_args

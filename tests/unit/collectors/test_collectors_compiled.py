@@ -342,3 +342,24 @@ def test_acceptance_read_at_the_compiled_boundary(tmp_path: Path, clean_dynamo: 
     rows = _phase_rows(rec)
     # THEN each compiled call carries its acceptance, read from its argument
     assert [(r["phase"], r["accept_len"]) for r in rows] == [("verify", 2.0), ("verify", 5.0)]
+
+
+def test_compiled_while_recording_is_off_finds_its_caller(
+    tmp_path: Path, clean_dynamo: None
+) -> None:
+    # GIVEN recording switched off while the compiled module is traced (its first call)
+    mod = _program()
+    rec, bounds = _recorder(tmp_path)
+    _sites(mod, rec)
+    net = torch.compile(mod.Net(), backend="eager")
+    rec.set_recording(False)
+    net(torch.ones(2, 8))
+    # WHEN recording is on again for 2 calls
+    rec.set_recording(True)
+    for _ in range(2):
+        net(torch.ones(2, 8))
+    rows = _phase_rows(rec)
+    # THEN the target was attached to its compiled caller (not said unattached) and the 2
+    # calls made while recording are recorded
+    assert bounds.report["unattached"] == []
+    assert [r["phase"] for r in rows] == ["verify", "verify"]
