@@ -104,6 +104,16 @@ def _read_table(run_dir: Path, table: str, rank: int) -> pl.DataFrame | None:
     return scan_table(run_dir, table, rank=rank).collect()
 
 
+def hides_allreduce(run_dir: Path, rank: int) -> bool:
+    """The rank's collector ran an `allreduce` target inside a torch.compile'd call (merge's
+    manifests row `compiled` / `hidden_allreduce`, tracekit/store/merge_checks.py)."""
+    table = _read_table(Path(run_dir), "manifests", rank)
+    if table is None or "section" not in table.columns:
+        return False
+    hit = table.filter((pl.col("section") == "compiled") & (pl.col("key") == "hidden_allreduce"))
+    return hit.height > 0
+
+
 def annotation_rows(events: pl.DataFrame) -> pl.DataFrame:
     """Complete CPU ranges that may be phases: `user_annotation` rows (record_function)."""
     return events.filter((pl.col("cat") == "user_annotation") & (pl.col("ph") == "X")).select(

@@ -40,6 +40,9 @@ BREAKDOWN_SCHEMA = {  # the breakdown frame: columns and their types when it is 
     "graph_launches": pl.Int64,
     "device_end_ns": pl.Int64,
     "gpu_timed": pl.Boolean,
+    # False: a light-mode instance that replayed CUDA graphs and saw no allreduce call (its
+    # collectives, if any, ran inside the graphs): its allreduce is not measured, not 0
+    "allreduce_measured": pl.Boolean,
     "inst": pl.Int64,  # the instance id (analyzers/model.py); not among the CLI's fields
 }
 BREAKDOWN_COLUMNS = list(BREAKDOWN_SCHEMA)
@@ -94,9 +97,35 @@ def rank_breakdown(rp: RankPhases, intervals: tuple[pl.DataFrame, pl.DataFrame])
             .alias("graph_kernel_frac"),
             pl.lit(rp.approximate).alias("approximate"),
         )
+        .with_columns(
+            (
+                ~(
+                    pl.col("approximate")
+                    & pl.col("graph_replayed")
+                    & (pl.col("allreduce_ns") == 0)
+                    & pl.col("allreduce_impl").is_null()
+                )
+            ).alias("allreduce_measured")
+        )
     )
     rows: pl.DataFrame = out.select(BREAKDOWN_COLUMNS).sort("start_ns")
     return rows
+
+
+def hidden_in_compiled(bd: pl.DataFrame) -> pl.DataFrame:
+    """Rows of a light-mode rank whose allreduce target ran inside torch.compile'd calls
+    (`_load.hides_allreduce`): an instance without allreduce time has its allreduce not
+    measured (the collectives may be inside the compiled call it made), not 0."""
+    hidden = pl.col("approximate") & (pl.col("allreduce_ns") == 0)
+    return bd.with_columns((pl.col("allreduce_measured") & ~hidden).alias("allreduce_measured"))
+
+
+def measured_on_one_rank(bd: pl.DataFrame) -> pl.DataFrame:
+    """A run of one rank has nothing to communicate: its allreduce is measured (0) even in
+    CUDA graphs (`allreduce_measured` is decided per rank, before the ranks are known)."""
+    if bd.height and bd["rank"].n_unique() < 2:
+        return bd.with_columns(pl.lit(True).alias("allreduce_measured"))
+    return bd
 
 
 def _empty_breakdown() -> pl.DataFrame:

@@ -21,9 +21,15 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyzers._load import EVENT_COLUMNS, read_events, read_rank, run_ranks
+from tracekit.analyzers._load import (
+    EVENT_COLUMNS,
+    hides_allreduce,
+    read_events,
+    read_rank,
+    run_ranks,
+)
 from tracekit.analyzers.allreduce import UNKNOWN, ImplTable, load_impl_table
-from tracekit.analyzers.breakdown import rank_breakdown
+from tracekit.analyzers.breakdown import hidden_in_compiled, measured_on_one_rank, rank_breakdown
 from tracekit.analyzers.cyclerule import no_cycle_message
 from tracekit.analyzers.cycletime import (
     collector_breakdown,
@@ -129,6 +135,8 @@ def analyze_rank(
     ivals, extras = rank_intervals(inputs, rp, table)
     unknown = ivals.filter(pl.col("label") == UNKNOWN)["name"].unique().cast(pl.String)
     bd = rank_breakdown(rp, (ivals, extras))
+    if rp.approximate and hides_allreduce(Path(run_dir), rank):
+        bd = hidden_in_compiled(bd)
     cyc = cycle_frame(bd, rp.cycles, outside_cycles(rp))
     rec, timed = None, None
     if recorded:
@@ -181,7 +189,9 @@ def combine(run_dir: Path, results: list[RankAnalysis | None]) -> RunAnalysis:
     return RunAnalysis(
         run_dir=Path(run_dir),
         ranks=tuple(found),
-        breakdown=_cat([r.breakdown for r in done]).sort("rank", "cycle", "start_ns"),
+        breakdown=measured_on_one_rank(
+            _cat([r.breakdown for r in done]).sort("rank", "cycle", "start_ns")
+        ),
         cycles=_cat([r.cycles for r in done]).sort("rank", "cycle"),
         unknown_comm=sorted({u for r in done for u in r.unknown}),
         collectives=_cat([r.collectives for r in done]),

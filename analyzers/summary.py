@@ -49,6 +49,9 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
             .len()
             .sort("allreduce_impl")
         )
+        measured = (
+            bool(rows["allreduce_measured"].all()) if "allreduce_measured" in rows.columns else True
+        )
         out[phase] = {
             "count": every.height,
             "gpu_timed_count": int(every["gpu_timed"].fill_null(False).sum())
@@ -58,10 +61,11 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
             "wall_ms_p50": _f(wall.median()),
             "wall_ms_p90": _f(wall.quantile(0.9, interpolation="linear")),
             "forward_pct": pct("forward_ns"),
-            "allreduce_pct": pct("allreduce_ns"),
+            "allreduce_pct": pct("allreduce_ns") if measured else None,
             "overhead_pct": pct("overhead_ns"),
             "graph_replayed_frac": _f(rows["graph_replayed"].cast(pl.Float64).mean()),
             "allreduce_impl": dict(impls.iter_rows()),
+            "allreduce_note": None if measured else _unmeasured_note(rows),
         }
     return out
 
@@ -79,6 +83,17 @@ def device_split(bd: pl.DataFrame) -> dict[str, float] | None:
     if not total:
         return None
     return {c.removesuffix("_ns"): 100.0 * int(rows[c].sum()) / total for c in COMPONENT_COLUMNS}
+
+
+IN_GRAPH = "not measured (inside a CUDA graph; --mode full measures it)"
+IN_COMPILED = "not measured (inside a torch.compile'd call; --mode full measures it)"
+
+
+def _unmeasured_note(rows: pl.DataFrame) -> str:
+    """Why a phase's allreduce is not measured: CUDA graphs when an unmeasured instance
+    replayed one, else the compiled calls its allreduce target ran in."""
+    unmeasured = rows.filter(~pl.col("allreduce_measured"))
+    return IN_GRAPH if bool(unmeasured["graph_replayed"].any()) else IN_COMPILED
 
 
 NOT_MEASURED = (

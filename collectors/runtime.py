@@ -238,6 +238,11 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     for module, specs in probes.items():
         hook.register(module, functools.partial(rt.probe_module, specs))
     hook.register(GRAPH_MODULE, rt.patch_graphs)
+    from tracekit.collectors import compiled
+
+    boundaries = compiled.Boundaries(rec)
+    boundaries.install()
+    hook.register(compiled.EVAL_FRAME_MODULE, functools.partial(_install_boundaries, boundaries))
     hook.register("multiprocessing.util", rt.mp_util_imported)
     hook.install()
     atexit.register(rec.close)
@@ -249,6 +254,15 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     rec.on_deferred_signal = _die_of
     _install_signals()
     return rt
+
+
+def _install_boundaries(boundaries: Any, module: ModuleType) -> None:
+    from tracekit.collectors import compiled
+
+    try:
+        compiled.install_boundaries(module, boundaries)
+    except Exception as exc:
+        boundaries.rec.fail("compiled boundary", exc)
 
 
 def _before_fork() -> None:

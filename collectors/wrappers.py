@@ -2,7 +2,10 @@
 
 A wrapper keeps the wrapped callable's name, qualname, docstring, signature (`__wrapped__`),
 attributes, return value and exceptions. It records only when the recorder is active and passes
-straight through while a CUDA graph is being captured or torch.compile is tracing. Everything the
+straight through while a CUDA graph is being captured or torch.compile is tracing. Its first
+statement is the compiled gate (collectors/compiled.py): under Dynamo's tracing a wrapper is the
+wrapped call and one trace-time constant, so a compiled program compiles the same graphs with
+and without tracekit, and its compiled calls are recorded at the compiled boundary. Everything the
 recorder does is guarded: a recorder failure never reaches the program (the recorder disables
 itself and says so once).
 """
@@ -48,18 +51,23 @@ class Hooks(Protocol):
 def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[..., Any]:
     """Wrap a plain function (sync or async). A site whose accept rule reads an argument hands
     the call's arguments to `exit` (the rule is evaluated there, at the phase exit)."""
+    from tracekit.collectors.compiled import gate
     from tracekit.collectors.phasemap import bind_site
 
     site = bind_site(site, fn)
     if site.needs_args:
         return _args_wrapper(fn, site, hooks)
+    dyn, noted = gate(site)
     if inspect.iscoroutinefunction(fn):
-        return _marked(fn, site, _async_body(fn, site, hooks, with_args=False))
+        return _marked(fn, site, _async_body(fn, site, hooks, dyn, noted, with_args=False))
 
     enter = hooks.enter
     leave = hooks.exit
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+            noted()
+            return fn(*args, **kwargs)
         if not hooks.active:
             return fn(*args, **kwargs)
         frame = enter(site)
@@ -86,11 +94,20 @@ def _marked(fn: Callable[..., Any], site: Site, body: Callable[..., Any]) -> Cal
 
 
 def _async_body(
-    fn: Callable[..., Any], site: Site, hooks: Hooks, *, with_args: bool
+    fn: Callable[..., Any],
+    site: Site,
+    hooks: Hooks,
+    dyn: Callable[[], bool],
+    noted: Callable[[], bool],
+    *,
+    with_args: bool,
 ) -> Callable[..., Any]:
     """The body of an async wrapper; `with_args`: hand the call's arguments to `exit`."""
 
     async def body(*args: Any, **kwargs: Any) -> Any:
+        if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+            noted()
+            return await fn(*args, **kwargs)
         if not hooks.active:
             return await fn(*args, **kwargs)
         frame = hooks.enter(site)
@@ -112,10 +129,16 @@ def _async_body(
 
 def _args_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[..., Any]:
     """`make_wrapper` for a site whose accept rule reads an argument of the call."""
+    from tracekit.collectors.compiled import gate
+
+    dyn, noted = gate(site)
     if inspect.iscoroutinefunction(fn):
-        return _marked(fn, site, _async_body(fn, site, hooks, with_args=True))
+        return _marked(fn, site, _async_body(fn, site, hooks, dyn, noted, with_args=True))
 
     def body(*args: Any, **kwargs: Any) -> Any:
+        if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+            noted()
+            return fn(*args, **kwargs)
         if not hooks.active:
             return fn(*args, **kwargs)
         frame = hooks.enter(site)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.accept import read_attr_path
+from tracekit.collectors.compiled import gate as _gate
 from tracekit.collectors.recording.lifecycle import Lifecycle
 from tracekit.collectors.recording.state import CLOCK_OFFSET_NS, Frame, SiteInfo, ThreadState
 from tracekit.collectors.recording.state import now_ns as _time_ns
@@ -254,14 +255,18 @@ class HotPath(Lifecycle):
         next_seq = self._next_seq
         if site.phase is None or site.cycle or site.needs_args:
             return generic
+        dyn, noted = _gate(site)
         starts_cycle = site.starts_cycle
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
         if self._native is not None:
-            return self._native_call(fn, site, generic, starts_cycle, acc_path)
+            return self._native_call(fn, site, generic, starts_cycle, acc_path, dyn, noted)
         code = -1  # the site's phase code, known after its first call
 
         def call(*args: Any, **kwargs: Any) -> Any:
             nonlocal code
+            if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+                noted()
+                return fn(*args, **kwargs)
             if not rec.active:
                 return fn(*args, **kwargs)
             if code < 0 or rec._nvtx is not None or rec.profile is not None:
@@ -350,13 +355,14 @@ class HotPath(Lifecycle):
         generic: Callable[..., Any],
         starts_cycle: bool,
         acc_path: Any,
+        dyn: Callable[[], bool],
+        noted: Callable[[], bool],
     ) -> Callable[..., Any]:
         """`sync_call`'s body on the native hot path: `_native.PhaseCall` does in C what the
         Python body does (same rows, same order of calls into the recorder). The Python shim
         around it keeps one job, the first statement: while Dynamo traces (it folds
         `is_dynamo_compiling()` to True) the call goes straight to `fn`, so traced code never
         reaches the C object (a graph break) nor reads recorder state past this check."""
-        rec = self
         if self._is_compiling is None and "torch" in _modules:
             self._probe_torch()  # the shim's check is live from the first call
         native = self._native.PhaseCall(
@@ -364,8 +370,8 @@ class HotPath(Lifecycle):
         )
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            dyn = rec._dynamo
-            if dyn is not None and dyn():
+            if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+                noted()
                 return fn(*args, **kwargs)
             return native(args, kwargs)  # the tuple and dict as they are (no copies)
 

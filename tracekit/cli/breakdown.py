@@ -19,7 +19,14 @@ if TYPE_CHECKING:
 
 # an instance's row: where it is, DESIGN's fields (analyzers/breakdown.py), tracekit's extras
 INSTANCE_KEYS = ("rank", "cycle", "phase", "start_ns")
-INSTANCE_EXTRAS = ("approximate", "accept_len", "cpu_ns", "unattributed_ns", "graph_launches")
+INSTANCE_EXTRAS = (
+    "approximate",
+    "accept_len",
+    "cpu_ns",
+    "unattributed_ns",
+    "graph_launches",
+    "allreduce_measured",
+)
 _SUMS = ("wall_ns", "forward_ns", "allreduce_ns", "overhead_ns")
 _LABELS = {
     "allreduce_ns": "allred",

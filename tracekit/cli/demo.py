@@ -66,6 +66,15 @@ NOISE_PREFIXES = ("USDT:",)
     metavar="X",
     help="Hold the mean acceptance length at X (1 to K+1); the work a cycle stays a real cycle's.",
 )
+@click.option(
+    "--compile",
+    "compile_target",
+    is_flag=True,
+    help=(
+        "Run the target model under torch.compile (inductor; on CUDA mode reduce-overhead, "
+        "whose CUDA graphs replay through cudagraph trees)."
+    ),
+)
 @mode_option(
     default="full",
     help="light: phase timers only. full: also a torch.profiler window over a few cycles.",
@@ -88,6 +97,7 @@ def command(
     verify_mode: VerifyMode,
     baseline: bool,
     simulate_accept_len: float | None,
+    compile_target: bool,
     mode: Mode,
     profile_cycles: str,
     model_size: ModelSize | None,
@@ -108,6 +118,7 @@ def command(
         tracekit breakeven --baseline tracekit-runs/base --spec tracekit-runs/spec
         tracekit demo --device cuda --ranks 1 --verify-mode graph
         tracekit demo --simulate-accept-len 2.5
+        tracekit demo --compile --ranks 2 --mode light
     """
     started = time.perf_counter()
     if importlib.util.find_spec("torch") is None:  # the `collect` extra, not a core dependency
@@ -130,6 +141,7 @@ def command(
         profile_cycles,
         size,
         simulate_accept_len,
+        compile_target,
     )
     name = name or time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir = out / name
@@ -141,7 +153,7 @@ def command(
         result_tmp = Path(tmp) / RESULT_NAME
         server = _server_command(
             ranks, device, cycles, size, result_tmp, baseline, draft_tokens, verify_mode,
-            simulate_accept_len,
+            simulate_accept_len, compile_target,
         )  # fmt: skip
         missing: list[str] = []
         cmd = [
@@ -172,6 +184,7 @@ def _server_command(
     draft_tokens: int,
     verify_mode: VerifyMode,
     simulate_accept_len: float | None,
+    compile_target: bool = False,
 ) -> list[str]:
     """The demo server's command line (`python -m tracekit.demo ...`)."""
     server = [
@@ -181,6 +194,8 @@ def _server_command(
     ]  # fmt: skip
     if ranks is not None:  # on CUDA the server defaults to one rank a GPU
         server += ["--ranks", str(ranks)]
+    if compile_target:
+        server.append("--compile")
     if baseline:
         server.append("--baseline")
     else:
@@ -201,6 +216,7 @@ def _check_options(
     profile_cycles: str,
     size: ModelSize,
     simulate_accept_len: float | None,
+    compile_target: bool = False,
 ) -> None:
     # The server's own checks, those that need no torch (the server makes the rest).
     from tracekit.demo.options import DemoOptions, check
@@ -214,6 +230,7 @@ def _check_options(
         baseline=baseline,
         model_size=size,
         simulate_accept_len=simulate_accept_len,
+        compile=compile_target,
     )
     check(opts, ranks_known=ranks is not None)
     if mode == "full":

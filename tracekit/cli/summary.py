@@ -47,6 +47,9 @@ def render(summary: dict[str, Any]) -> None:
     print_table(console, _phase_table(summary))
     if summary.get("allreduce_note"):
         console.print(summary["allreduce_note"])
+    for name, p in summary["phases"].items():
+        if p.get("allreduce_note") and summary.get("allreduce_measured", True):
+            console.print(f"{name} allreduce: {p['allreduce_note']}")
     skew = summary.get("skew") or {}
     if skew and max(p["ranks"] for p in skew.values()) > 1:
         print_table(console, _skew_table(skew))
@@ -85,7 +88,7 @@ def _phase_table(summary: dict[str, Any]) -> Table:
             fmt(p["wall_ms_mean"]),
             fmt(p["forward_pct"], 1),
             fmt(p["allreduce_pct"], 1)
-            if summary.get("allreduce_measured", True)
+            if summary.get("allreduce_measured", True) and p.get("allreduce_note") is None
             else "not measured",
             fmt(p["overhead_pct"], 1),
             "-" if p["graph_replayed_frac"] is None else f"{100 * p['graph_replayed_frac']:.0f}%",

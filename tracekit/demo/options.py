@@ -34,6 +34,7 @@ class DemoOptions:
     result: str | None = None
     quiet: bool = False
     ab_blocks: int = 0
+    compile: bool = False
 
     def model_config(self) -> ModelConfig:
         cfg = preset(self.model_size)
@@ -111,6 +112,14 @@ def parser() -> argparse.ArgumentParser:
             "overhead A/B in one process: under `tracekit launch`, switch recording off and on "
             "in blocks of N cycles (on, off, off, on, ...; ab_schedule) and write each "
             "cycle's state beside its step time (`ab_on` in --result; bench/overhead_ab.py)"
+        ),
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help=(
+            "run the target model under torch.compile (inductor; on CUDA mode reduce-overhead, "
+            "whose CUDA graphs replay through cudagraph trees)"
         ),
     )
     p.add_argument("-q", "--quiet", action="store_true")
@@ -199,6 +208,12 @@ def check(opts: DemoOptions, *, ranks_known: bool = True) -> None:
     if opts.verify_mode == "graph" and (opts.device != "cuda" or not opts.graphs):
         msg = (
             "--verify-mode graph replays a CUDA graph: it needs --device cuda (without --no-graphs)"
+        )
+        raise InputError(msg)
+    if opts.compile and opts.verify_mode == "graph":
+        msg = (
+            "--compile replays the compiled target's own CUDA graphs; drop --verify-mode graph "
+            "(it captures the target eagerly)"
         )
         raise InputError(msg)
     if opts.verify_mode == "graph" and opts.baseline:

@@ -99,7 +99,8 @@ def _build(rank: int, opts: DemoOptions, backend: str) -> _Rank:
     target = TargetModel(cfg, group, dtype=dtype, device=device)
     decoder: BaselineDecoder | SpeculativeDecoder
     if opts.baseline:
-        decoder = BaselineDecoder(target, use_graphs=use_graphs)
+        # compiled, the target's CUDA graphs are reduce-overhead's, not a captured step's
+        decoder = BaselineDecoder(target, use_graphs=use_graphs and not opts.compile)
     else:
         head = DraftHead(cfg, group, target, dtype=dtype, device=device)
         decoder = SpeculativeDecoder(
@@ -110,6 +111,8 @@ def _build(rank: int, opts: DemoOptions, backend: str) -> _Rank:
             verify_mode=opts.verify_mode,
             simulate_accept_len=opts.simulate_accept_len,
         )
+    if opts.compile:
+        decoder.compile_target("reduce-overhead" if opts.device == "cuda" else None)
     return _Rank(device, dtype, group, use_graphs, decoder)
 
 
@@ -187,6 +190,8 @@ def _payload(
         "backend": backend,
         "dtype": str(r.dtype).removeprefix("torch."),
         "cuda_graphs": r.use_graphs,
+        "compiled": opts.compile,
+        "target_calls": r.decoder.target_calls,
         "draft_tokens": None if opts.baseline else opts.draft_tokens,
         "verify_mode": None if opts.baseline else opts.verify_mode,
         "cycles": len(c.step_s),

@@ -102,6 +102,24 @@ class _Decoder:
         self.cache: KVCache = target.new_cache()
         self.next_token = -1
         self.output: list[int] = []
+        self.static_kv = False  # the target reads the whole masked cache (compiled: one shape)
+        self.target_calls = 0  # the program's own count of target forward calls
+
+    def compile_target(self, mode: str | None = None) -> None:
+        """Run the target under `torch.compile(target, mode=mode)` (`--compile`). Its calls then
+        read the whole static cache through the position mask (kv_len None: one shape a token
+        count, no recompile a step); on CUDA the cache tensors are marked static addresses, so
+        reduce-overhead's CUDA graphs may write them in place (as transformers' StaticCache)."""
+        if self.device.type == "cuda":
+            for t in (*self.cache.keys, *self.cache.values):
+                torch._dynamo.mark_static_address(t)
+        self.target = torch.compile(self.target, mode=mode)  # type: ignore[assignment]
+        self.static_kv = True
+
+    def _kv(self, n: int) -> int | None:
+        """The kv_len of a target call (and its count: every target call passes here)."""
+        self.target_calls += 1
+        return None if self.static_kv else n
 
     @property
     def seq_len(self) -> int:
@@ -123,7 +141,7 @@ class _Decoder:
         n = len(prompt)
         hidden: torch.Tensor
         hidden, logits = self.target(
-            _ids(prompt, self.device), _positions(0, n, self.device), self.cache, n
+            _ids(prompt, self.device), _positions(0, n, self.device), self.cache, self._kv(n)
         )
         self.cache.truncate(n)
         self.next_token = int(logits[-1].argmax())
@@ -169,7 +187,7 @@ class BaselineDecoder(_Decoder):
         if self._graph is not None:
             (nxt,) = self._graph.replay(ids=ids, pos=pos)
         else:
-            _, logits = self.target(ids, pos, self.cache, n + 1)
+            _, logits = self.target(ids, pos, self.cache, self._kv(n + 1))
             nxt = logits.argmax(-1)
         self.cache.truncate(n + 1)
         self.next_token = int(nxt[0])
@@ -296,7 +314,7 @@ class SpeculativeDecoder(_Decoder):
             hidden, greedy = self._verify_graph.replay(ids=ids, start=_positions(n, 1, self.device))
         else:
             hidden, logits = self.target(
-                ids, _positions(n, self.k + 1, self.device), self.cache, n + self.k + 1
+                ids, _positions(n, self.k + 1, self.device), self.cache, self._kv(n + self.k + 1)
             )
             greedy = logits.argmax(-1)
         want = greedy.tolist()

@@ -164,6 +164,8 @@ def _say_what_was_recorded(
     new_unresolved = [u["target"] for u in targets["unresolved"] if u["target"] not in at_start]
     if new_unresolved:
         warn(f"targets that did not resolve in the program: {', '.join(sorted(new_unresolved))}")
+    for line in targets.get("compiled", []):
+        warn(line)
     never = targets["module_never_imported"]
     if recording_disabled():
         warn(

@@ -17,6 +17,7 @@ from tracekit.collectors.accept import AcceptRule
 from tracekit.collectors.redact import redact_argv
 from tracekit.launch.options import LaunchOptions
 from tracekit.launch.supervise import ProcessWatcher, Supervision
+from tracekit.store.merge_checks import compiled_boundaries
 from tracekit.store.raw.files import PROCESS_FILE, process_dirs, read_json
 from tracekit.store.raw.run import CYCLE_RULE_KEY, AcceptSource, CycleRule
 from tracekit.store.schema import SCHEMA_VERSION
@@ -137,6 +138,7 @@ def finish_manifest(
             "unresolved": [{"target": t, "why": w} for t, w in sorted(unresolved.items())],
             "module_never_imported": never,
             "via_base": dict(sorted(via_base.items())),
+            "compiled": compiled_boundaries(list(procs.values())),
         },
         components=components(procs),
     )

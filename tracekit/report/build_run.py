@@ -112,6 +112,7 @@ def _phase_rows(phases: dict[str, dict[str, Any]]) -> list[PhaseRow]:
             allreduce_pct=v["allreduce_pct"],
             overhead_pct=v["overhead_pct"],
             graph_replayed_frac=v.get("graph_replayed_frac"),
+            allreduce_note=v.get("allreduce_note"),
         )
         for p, v in sorted(phases.items())
     ]

@@ -79,6 +79,7 @@ class PhaseRow:
     allreduce_pct: float | None  # None when not measured (see Headline.allreduce_measured)
     overhead_pct: float | None
     graph_replayed_frac: float | None
+    allreduce_note: str | None = None  # why this phase's allreduce is not measured
 
 
 @dataclass(frozen=True)

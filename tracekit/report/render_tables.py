@@ -173,7 +173,9 @@ def headline(h: Headline) -> Rendered:
             fmt(p.wall_ms_p50, 3),
             fmt(p.wall_ms_p90, 3),
             fmt(p.forward_pct, 1),
-            fmt(p.allreduce_pct, 1) if h.allreduce_measured else "not measured",
+            fmt(p.allreduce_pct, 1)
+            if h.allreduce_measured and p.allreduce_note is None
+            else "not measured",
             fmt(p.overhead_pct, 1),
         ]
         for p in h.phases

@@ -28,6 +28,8 @@ from tracekit.errors import InputError
 from tracekit.store.layout import RunLayout
 from tracekit.store.merge_checks import (
     accept_failures,
+    compiled_unseen,
+    hides_allreduce,
     ranks_disagree,
     side_file_warnings,
     unseen_cycle_phase,
@@ -139,6 +141,8 @@ def _manifest_rows(p: ProcessData, run: dict[str, Any]) -> Iterator[tuple[str, s
     unresolved = p.info.get("unresolved")
     for t, why in (unresolved if isinstance(unresolved, dict) else {}).items():
         yield "targets", str(t), f"unresolved: {why}"
+    if hides_allreduce(p.info):
+        yield "compiled", "hidden_allreduce", "true"
 
 
 def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[int, pa.Table]:
@@ -220,6 +224,9 @@ def merge(run_dir: Path | str) -> MergeResult:
     if failed is not None:
         warnings.append(failed)
     warnings.extend(side_file_warnings(procs, run, layout.raw))
+    unseen = compiled_unseen([p.info for p in procs])
+    if unseen is not None:
+        warnings.append(unseen)
 
     for rank, table in _counters(
         layout.raw, [p for g in by_rank.values() for p in g], warnings

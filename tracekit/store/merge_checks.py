@@ -110,3 +110,66 @@ def side_file_warnings(procs: list[ProcessData], run: dict[str, Any], raw: Path)
                 "not by the rank that used the GPU"
             )
     return out
+
+
+def _compiled_rows(infos: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], list[Any]]:
+    """process.json `compiled` rows of `kind` over processes: (target, compiled callable) ->
+    [phase, times traced, processes]."""
+    out: dict[tuple[str, str], list[Any]] = {}
+    for info in infos:
+        comp = info.get("compiled")
+        rows = comp.get(kind) if isinstance(comp, dict) else None
+        for r in rows if isinstance(rows, list) else []:
+            if not isinstance(r, dict):
+                continue
+            key = (str(r.get("target", "")), str(r.get("compiled", "")))
+            row = out.setdefault(key, [str(r.get("phase", "")), 0, 0])
+            row[1] += int(r.get("traced", 0) or 0)
+            row[2] += 1
+    return out
+
+
+def compiled_unseen(infos: list[dict[str, Any]]) -> str | None:
+    """One warning naming each mapped target that Dynamo traced with no torch.compile'd
+    callable around it (process.json `compiled.unattached`): its calls were not recorded."""
+    rows = _compiled_rows(infos, "unattached")
+    if not rows:
+        return None
+    parts = [
+        f"{target} (phase {phase}, traced {n} time(s) in {procs} process(es))"
+        for (target, _), (phase, n, procs) in sorted(rows.items())
+    ]
+    return (
+        f"target(s) ran only inside code torch.compile traced, called by compiled code that "
+        f"tracekit did not see made by torch.compile, so their calls were not recorded: "
+        f"{'; '.join(parts)}; map the function that calls the compiled code instead "
+        '(docs/DEFINITIONS.md, "Compiled boundary")'
+    )
+
+
+def compiled_boundaries(infos: list[dict[str, Any]]) -> list[str]:
+    """One line a target recorded at a compiled boundary, and one a target hidden inside a
+    compiled call (process.json `compiled.boundaries` / `compiled.inner`)."""
+    lines = [
+        f"{target} (phase {phase}) recorded at the compiled boundary: each call of the "
+        f"torch.compile'd {compiled} is one {phase} instance"
+        for (target, compiled), (phase, _n, _p) in sorted(
+            _compiled_rows(infos, "boundaries").items()
+        )
+    ]
+    lines += [
+        f"{target} (phase {phase}) runs inside the torch.compile'd {compiled}: its calls are "
+        "not recorded one by one (light mode cannot measure them; full mode sees their work)"
+        for (target, compiled), (phase, _n, _p) in sorted(_compiled_rows(infos, "inner").items())
+    ]
+    return lines
+
+
+def hides_allreduce(info: dict[str, Any]) -> bool:
+    """True when the process ran an `allreduce` target inside a torch.compile'd call
+    (process.json `compiled.inner`): its light-mode allreduce time is unknown, not 0 (merge
+    writes the manifests row `compiled` / `hidden_allreduce`)."""
+    comp = info.get("compiled")
+    inner = comp.get("inner") if isinstance(comp, dict) else None
+    rows = inner if isinstance(inner, list) else []
+    return any(isinstance(r, dict) and r.get("phase") == "allreduce" for r in rows)

@@ -1,0 +1,139 @@
+"""The figures of bench/compiled_gpu.py's runs: calls recorded against calls made, replays flagged
+against replays made, and wall time with and without tracekit (docs/BENCHMARKS.md).
+
+    python bench/compiled_report.py OUT          # OUT: compiled_gpu.py's --out (runs/ or runs.tar.gz)
+
+Each run under OUT/runs is merged here (`tracekit merge`) if it was not. Per HF run: decode
+records (the merged `phases` table) against the program's forward calls, replays inside decode
+instances against the program's `CUDAGraph.replay` count, instances flagged graph_replayed.
+Wall time per generate (the first, compiling one left out): median alone, and in the traced
+process with recording on and off (`--ab`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+
+def _merged(run: Path) -> bool:
+    from tracekit.store.merge import merge
+
+    if not (run / "store" / "phases").exists():
+        try:
+            merge(run)
+        except Exception as exc:
+            print(f"{run.name}: merge failed: {exc}", file=sys.stderr)
+            return False
+    return True
+
+
+def _phases(run: Path) -> Any:
+    from tracekit.store.reader import read_table
+
+    return read_table(run, "phases")
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    alone: list[float] = []
+    disabled: list[float] = []
+    on: list[float] = []
+    off: list[float] = []
+    runs = []
+    for s in steps:
+        res = s.get("result")
+        if not s["name"].startswith("hf-") or res is None:
+            continue
+        walls = res["wall_s"][1:]
+        if s["name"].startswith(("hf-alone", "hf-disabled")):
+            (alone if s["name"].startswith("hf-alone") else disabled).extend(walls)
+            continue
+        rec = res.get("recording", [True] * len(res["wall_s"]))[1:]
+        on += [w for w, r in zip(walls, rec, strict=True) if r]
+        off += [w for w, r in zip(walls, rec, strict=True) if not r]
+        run = out / "runs" / s["name"]
+        if not _merged(run):
+            continue
+        ph = _phases(run)
+        dec = ph.filter(ph["phase"] == "decode")
+        runs.append(
+            {
+                "run": s["name"],
+                "forward_calls_made": res["forward_calls"],
+                "recording_on_generates": sum(res.get("recording", [])),
+                "forward_calls_while_recording": res["new_tokens"] * sum(res.get("recording", [])),
+                "decode_records": dec.height,
+                "replays_made": res["replays"],
+                "replays_in_decode_records": int(dec["graph_replays"].fill_null(0).sum()),
+                "decode_records_flagged_replayed": int((dec["graph_replays"] > 0).sum()),
+                "compiled_decode_calls_made": res["decode_calls"],
+                "dynamo": res["dynamo"],
+            }
+        )
+    meds = {"alone": _median(alone), "disabled": _median(disabled), "on": _median(on),
+            "off": _median(off)}  # fmt: skip
+    ms = {k: (None if v is None else 1e3 * v) for k, v in meds.items()}
+    pct = {}
+    if ms["alone"] and ms["on"]:
+        pct["on_vs_alone_pct"] = 100 * (ms["on"] / ms["alone"] - 1)
+    if ms["off"] and ms["on"]:
+        pct["on_vs_off_pct"] = 100 * (ms["on"] / ms["off"] - 1)
+    return {
+        "runs": runs,
+        "generate_ms_median": ms,
+        "generates": {
+            "alone": len(alone),
+            "disabled": len(disabled),
+            "on": len(on),
+            "off": len(off),
+        },
+        **pct,
+    }
+
+
+def demo_figures(out: Path, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for s in steps:
+        res = s.get("result")
+        if not s["name"].startswith("demo-") or res is None:
+            continue
+        run = out / "runs" / s["name"]
+        if not _merged(run):
+            continue
+        ph = _phases(run)
+        top = ph.filter(ph["depth"] == 0)
+        ver = top.filter(top["phase"] == "verify")
+        rows.append(
+            {
+                "run": s["name"],
+                "cycles": res["cycles"],
+                "target_calls_made": res["target_calls"],
+                "verify_records": ver.height,
+                "verify_flagged_replayed": int((ver["graph_replays"] > 0).sum()),
+                "replays_in_verify": int(ver["graph_replays"].fill_null(0).sum()),
+                "tokens_per_s": res["tokens_per_s"],
+            }
+        )
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    out = Path(argv[0])
+    if not (out / "runs").exists() and (out / "runs.tar.gz").exists():
+        with tarfile.open(out / "runs.tar.gz") as tar:
+            tar.extractall(out, filter="data")
+    steps = json.loads((out / "steps.json").read_text())
+    report = {"hf": hf_figures(out, steps), "demo": demo_figures(out, steps)}
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,182 @@
+"""Hugging Face greedy `generate` with a static cache, compiled by transformers itself
+(`get_compiled_call`: `torch.compile(self.__call__, **CompileConfig)`), counting what it does.
+
+A small Llama-shaped model built from a config with random weights (nothing is downloaded).
+On CPU transformers compiles only when told to (`CompileConfig._compile_all_devices`); on CUDA
+its default is inductor with mode reduce-overhead (CUDA graphs through cudagraph trees).
+
+The program's own counts, printed as JSON (`--out FILE` too): forward calls (one prefill a
+generate, made eagerly, plus each call of the compiled decode step, counted around what
+`get_compiled_call` returns), `torch.cuda.CUDAGraph.replay` calls, Dynamo's counters (graphs,
+graph breaks, recompiles), the generated tokens and the wall time of each generate.
+
+    python bench/hf_static_compile.py --device cpu --backend eager --rounds 2
+    tracekit launch --phases PHASES.toml -- python bench/hf_static_compile.py ...
+
+tests/integration/test_hf_static_compile.py runs it on CPU with and without tracekit;
+bench/compiled_gpu.py on the H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PHASES_TOML = """\
+[adapter]
+name = "hf-static-compile"
+
+[[phase]]
+name = "decode"
+targets = ["transformers.models.llama.modeling_llama:LlamaForCausalLM.forward"]
+
+[cycle]
+starts_with = "decode"
+"""
+
+CFG = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "bos_token_id": 0,
+    "eos_token_id": None,
+    "pad_token_id": 0,
+}
+BIG = {  # --size large: Llama-shaped, a few ms a decode step on an H200
+    "vocab_size": 32000,
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 1024,
+    "bos_token_id": 0,
+    "eos_token_id": None,
+    "pad_token_id": 0,
+}
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend")
+    p.add_argument("--mode", default=None, help="torch.compile mode (CUDA: reduce-overhead)")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--size", choices=["tiny", "large"], default="tiny")
+    p.add_argument("--rounds", type=int, default=2, help="generates (one prompt each)")
+    p.add_argument("--new-tokens", type=int, default=8)
+    p.add_argument("--prompt-len", type=int, default=6)
+    p.add_argument(
+        "--ab",
+        action="store_true",
+        help=(
+            "under `tracekit launch`: switch recording off and on between generates (after the "
+            "first: on, off, off, on, ...), each generate's state in `recording`"
+        ),
+    )
+    p.add_argument("--out", default=None)
+    return p.parse_args(argv)
+
+
+def _recording_switch() -> Any:
+    """tracekit's `Recorder.set_recording` when `tracekit launch` instruments this process."""
+    runtime = sys.modules.get("tracekit.collectors.runtime")
+    current = getattr(runtime, "current", None)
+    rt = current() if current is not None else None
+    return getattr(getattr(rt, "recorder", None), "set_recording", None)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = _args(argv)
+    import torch
+    from torch._dynamo.utils import counters
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.generation.configuration_utils import CompileConfig
+
+    torch.manual_seed(0)
+    if args.device == "cpu":
+        torch.set_num_threads(1)
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    cfg = LlamaConfig(num_hidden_layers=args.layers, **(BIG if args.size == "large" else CFG))
+    model = LlamaForCausalLM(cfg).to(device=args.device, dtype=dtype).eval()
+    cc = CompileConfig(backend=args.backend, mode=args.mode, fullgraph=False)
+    cc._compile_all_devices = True  # transformers' switch: compile off-GPU too
+    model.generation_config.compile_config = cc
+
+    counts = {"decode_calls": 0, "replays": 0}
+    orig_get = type(model).get_compiled_call
+
+    def get_compiled_call(self: Any, config: Any) -> Any:
+        compiled = orig_get(self, config)
+
+        def counted(*a: Any, **k: Any) -> Any:
+            counts["decode_calls"] += 1
+            return compiled(*a, **k)
+
+        return counted
+
+    type(model).get_compiled_call = get_compiled_call  # type: ignore[method-assign]
+    if args.device.startswith("cuda"):
+        graph_cls = torch.cuda.CUDAGraph
+        orig_replay = graph_cls.replay
+
+        def replay(self: Any, *a: Any, **k: Any) -> Any:
+            counts["replays"] += 1
+            return orig_replay(self, *a, **k)
+
+        graph_cls.replay = replay  # type: ignore[method-assign]
+
+    gen = torch.Generator().manual_seed(1)
+    outputs: list[list[int]] = []
+    wall_s: list[float] = []
+    switch = _recording_switch() if args.ab else None
+    recording: list[bool] = []
+    for i in range(args.rounds):
+        on = i == 0 or (i - 1) % 4 in (0, 3)  # ABBA after the first (compiling) generate
+        if switch is not None:
+            switch(on)
+        recording.append(on if switch is not None else _recording_switch() is not None)
+        prompt = torch.randint(1, cfg.vocab_size, (1, args.prompt_len), generator=gen)
+        prompt = prompt.to(args.device)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = model.generate(
+            prompt,
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            do_sample=False,
+            cache_implementation="static",
+        )
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        wall_s.append(time.perf_counter() - t0)
+        outputs.append(out[0, args.prompt_len :].tolist())
+    result = {
+        "rounds": args.rounds,
+        "new_tokens": args.new_tokens,
+        "forward_calls": counts["decode_calls"] + args.rounds,  # + one eager prefill a generate
+        "decode_calls": counts["decode_calls"],
+        "replays": counts["replays"],
+        "dynamo": {k: dict(v) for k, v in counters.items() if k in ("stats", "graph_break")},
+        "recompiles": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
+        "outputs": outputs,
+        "wall_s": wall_s,
+        "recording": recording,
+    }
+    text = json.dumps(result)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
