@@ -105,6 +105,12 @@ if TYPE_CHECKING:
     "cost on CUDA is mostly event records. Breakdowns of the other cycles use CPU times "
     "(`gpu_timed` false); per-phase statistics come from the timed cycles.",
 )
+@click.option(
+    "--no-nvml",
+    is_flag=True,
+    help="Do not sample the GPUs through NVML (clocks, power, temperature, PCIe at 10 Hz): "
+    "the run then has no counters table.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     adapter: str | None,
@@ -123,6 +129,7 @@ def command(
     metrics_port: int | None,
     metrics_host: str,
     gpu_sample: int,
+    no_nvml: bool,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD with the draft, verify and allreduce phases of every rank recorded.
@@ -173,6 +180,7 @@ def command(
         keep_seconds=keep_hours * 3600 if keep_hours else 0.0,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        nvml=not no_nvml,
         # passed to every rank like the other settings (a TRACEKIT_* variable)
         extra_env={rt.ENV_GPU_SAMPLE: str(gpu_sample)},
     )
