@@ -105,7 +105,7 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
             if kind in ("traced", "disabled", "nonvml"):
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
                 cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
-            if kind in ("disabled", "nonvml"):  # launched, recording nothing: the launcher's own cost
+            if kind == "disabled":  # launched, recording nothing: the launcher's own cost
                 env = {**os.environ, "TRACEKIT_DISABLE": "1"}
             step = _run(cmd, args.step_timeout, env)
             step["name"] = name
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         "--kinds",
         default="alone,traced",
         help="HF runs of each round, in order (reversed every other round): alone, traced, "
-        "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (disabled and --no-nvml)",
+        "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument("--quick", action="store_true", help="small sizes (the CPU check)")
