@@ -54,6 +54,23 @@ def as_accept_len(value: object) -> float | None:
     return None
 
 
+def per_request(value: object, scalar: bool = False) -> list[float] | None:
+    """The numbers of a list or tuple (one a request of the step), or None when `value` is
+    no such list; with `scalar`, a bare number is one request's."""
+    if isinstance(value, bool):
+        return None
+    if scalar and isinstance(value, (int, float)):
+        return [float(value)]
+    if not isinstance(value, (list, tuple)):
+        return None
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        out.append(float(v))
+    return out
+
+
 class HotPath(Lifecycle):
     """What a wrapper calls: the `Hooks` protocol of `wrappers`."""
 
@@ -214,7 +231,7 @@ class HotPath(Lifecycle):
                 ts.stack.pop()
                 acc = _NAN
                 if ok and info[3] is not None:
-                    acc = self._accept(result, info[3], args, kwargs, info[5])
+                    acc = self._accept(result, info[3], args, kwargs, info[5], seq)
                 rows += _pack(code, cycle, depth, parent, ts.tid, seq, start, end, replays, acc, ok)
             if ccode >= 0:
                 ts.in_cycle = False
@@ -224,7 +241,7 @@ class HotPath(Lifecycle):
                     nv.pop_range()
                 acc = _NAN
                 if ok and info[4] is not None:
-                    acc = self._accept(result, info[4], args, kwargs, info[5])
+                    acc = self._accept(result, info[4], args, kwargs, info[5], -seq)
                 cseq = seq if code < 0 else -seq  # a site both phase and cycle: two rows
                 rows += _pack(ccode, cycle, depth, -1, ts.tid, cseq, start, end, replays, acc, ok)
                 if self.profile is not None:
@@ -329,7 +346,7 @@ class HotPath(Lifecycle):
                     ts.stack.pop()
                     acc = _NAN
                     if ok and acc_path is not None:
-                        acc = rec._accept(result, acc_path, (), None, site)
+                        acc = rec._accept(result, acc_path, (), None, site, seq)
                     rows = rec._rows
                     rows += _pack(
                         code, cycle, depth, parent, ts.tid, seq, start, end,
@@ -354,10 +371,15 @@ class HotPath(Lifecycle):
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
         site: Site,
+        key: int = 0,
     ) -> float:
         """A cycle's tokens from a call: a legacy `accept_len` path on the return value (NaN
         when absent), or a bound `accept` rule; a rule that fails, or gives no number, is
-        disabled for this target and said once on stderr; the program never sees it."""
+        disabled for this target and said once on stderr; the program never sees it.
+
+        A rule's per-request numbers (a list from a "count" rule, any "drafted" rule) are kept
+        aside under `key` (the row's seq; -seq for a cycle rule) for the `accepts.jsonl` file
+        beside the records (DEFINITIONS.md "Acceptance length"); a "drafted" row carries NaN."""
         if isinstance(rule, str):
             try:
                 acc = as_accept_len(read_attr_path(result, rule))
@@ -369,9 +391,23 @@ class HotPath(Lifecycle):
         why = ""
         try:
             value = rule.read(result, args, kwargs or {})
-            acc = as_accept_len(value)
-            if acc is None:
-                why = f"gave {type(value).__name__}, not a number (a CUDA tensor is not read: that would synchronise)"
+            kind = rule.rule.kind
+            nums = None if kind == "delta" else per_request(value, kind == "drafted")
+            if kind == "drafted" or nums is not None:
+                if nums is None:
+                    why = f"gave {type(value).__name__}, not a list of numbers"
+                    acc = None
+                else:
+                    tag = "d" if kind == "drafted" else "t"
+                    if key and (nums or tag == "d"):
+                        self._accept_detail.append((key, tag, nums))
+                    if tag == "d" or not nums:
+                        return _NAN
+                    acc = sum(nums) / len(nums)
+            else:
+                acc = as_accept_len(value)
+                if acc is None:
+                    why = f"gave {type(value).__name__}, not a number (a CUDA tensor is not read: that would synchronise)"
         except Exception as exc:
             acc, why = None, f"{type(exc).__name__}: {exc}"
         if acc is not None:

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tracekit.store.raw.accepts import append_accepts
 from tracekit.store.raw.files import MANIFEST_FILE, PROCESS_FILE, SITES_FILE, write_json
 from tracekit.store.raw.ipc import StreamWriter
 from tracekit.store.raw.records import encode_rows
@@ -194,6 +195,9 @@ class Output(GpuEvents):
                 self.flushes += 1
                 self._rows_written += len(ready)
                 self._segment_written(len(data), ready)
+            if self._accept_detail:  # after the rows they belong to
+                detail, self._accept_detail = self._accept_detail, []
+                append_accepts(self.dir, detail)
             if final:
                 stream.close()
             if final or self._process_records != self._rows_written:
