@@ -4,6 +4,7 @@ length"), and the delta rule's last cycle (numbering.apply_deltas)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -128,3 +129,80 @@ def test_delta_before_and_after_gives_every_cycle_its_tokens(
     )
     got = [c["accept_len"] for c in cycles]
     assert got == [*want[:-1], None, *want[:-1], None]
+
+
+MAP = """
+[[phase]]
+name = "verify"
+targets = ["m:W.verify"]
+accept = { from = "arg:so", value = "len(spec[*])", kind = "drafted" }
+[[phase]]
+name = "draft"
+targets = ["m:W.draft"]
+[[phase]]
+name = "accept"
+targets = ["m:parse"]
+accept = { from = "return", value = "len([*])" }
+[cycle]
+starts_with = "verify"
+require = "draft"
+"""
+
+
+def test_merge_writes_the_steps_counts_and_summary_pools_them_once_per_cycle(
+    tmp_path: Path,
+) -> None:
+    from tests.unit.store.test_store_merge import rec, write_map, write_proc
+    from tracekit.analyzers.acceptance import step_counts
+    from tracekit.store.merge import merge
+    from tracekit.store.raw.accepts import append_accepts
+    from tracekit.store.reader import read_table
+
+    # GIVEN two TP ranks that recorded the same two steps (3 rows a step: verify, accept,
+    # draft), with the steps' readings in accepts.jsonl: step 0 drafted 4/4/0 and emitted
+    # 3/1/1, step 1 drafted 4 and emitted 5 (row seq = its index)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_map(raw, MAP)
+    for rank in (0, 1):
+        rows = []
+        for c in range(2):
+            t = 100 * c
+            rows += [
+                rec("phase", c, "verify", t + 1, t + 10),
+                rec("phase", c, "accept", t + 11, t + 12),
+                rec("phase", c, "draft", t + 13, t + 20),
+            ]
+        write_proc(raw, 10 + rank, rows, rank=rank, world=2)
+        append_accepts(
+            raw / f"pid-{10 + rank}",
+            [(0, "d", [4, 4, 0]), (1, "t", [3, 1, 1]), (3, "d", [4]), (4, "t", [5])],
+        )
+    # WHEN merged
+    merge(tmp_path)
+    # THEN each rank's cycles carry the steps' counts
+    cyc = read_table(tmp_path, "cycles").filter(pl.col("rank") == 0).sort("cycle")
+    assert cyc["drafts"].to_list() == [2, 1]
+    assert cyc["accepted_tokens"].to_list() == [2.0, 4.0]
+    assert cyc["accept_len"].to_list() == [2.0, 5.0]
+    assert cyc["accepted_per_pos"].to_list() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    # AND the pooled figures count each cycle once, not once a rank: 1 + 6 / 3
+    steps = step_counts(tmp_path)
+    assert steps is not None
+    got = pooled(steps)
+    assert got is not None
+    assert got["accept_len_mean"] == pytest.approx(3.0)
+    assert got["drafts"] == 3
+
+
+def test_runs_without_readings_read_as_before(tmp_path: Path) -> None:
+    from tracekit.analyzers.acceptance import step_counts
+    from tracekit.store.raw.accepts import ACCEPTS_FILE, read_accepts
+
+    assert read_accepts(tmp_path) == {}  # no file: no readings
+    (tmp_path / ACCEPTS_FILE).write_text(
+        '{"k":3,"t":[3,1]}\n{"k":-4,"d":[2]}\nnot json\n{"k":5,"t":[1,'
+    )
+    # a cut last line (a killed process) and a damaged one are skipped
+    assert read_accepts(tmp_path) == {("phase", 3): {"t": [3.0, 1.0]}, ("cycle", 4): {"d": [2.0]}}
+    assert step_counts(tmp_path) is None  # no store: no per-request counts
