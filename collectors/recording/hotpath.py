@@ -8,20 +8,20 @@ measured per-call path, where every call and attribute look-up saved counts.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tracekit.collectors.accept import read_attr_path
 from tracekit.store.raw.schema import ROW, SiteKind
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
     from collectors.recording.lifecycle import Lifecycle
+    from collectors.recording.readings import as_accept_len, read_accept
     from collectors.recording.state import Frame, SiteInfo, ThreadState
     from collectors.recording.state import now_ns as _time_ns
 else:
     from tracekit.collectors.recording.lifecycle import Lifecycle
+    from tracekit.collectors.recording.readings import as_accept_len, read_accept
     from tracekit.collectors.recording.state import Frame, SiteInfo, ThreadState
     from tracekit.collectors.recording.state import now_ns as _time_ns
 
@@ -32,43 +32,7 @@ _ROW = ROW
 _pack = ROW.pack
 _NAN = float("nan")
 _modules = sys.modules
-
-
-def as_accept_len(value: object) -> float | None:
-    """A number from a return-value field; never synchronises a device."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        nums = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        return sum(nums) / len(nums) if nums else None
-    if hasattr(value, "item") and hasattr(value, "numel"):
-        tensor: Any = value
-        if getattr(tensor, "is_cuda", False):
-            return None  # reading it would synchronise the stream
-        if tensor.numel() == 1:
-            return float(tensor.item())
-        if tensor.numel() > 1:
-            return float(tensor.float().mean().item())
-    return None
-
-
-def per_request(value: object, scalar: bool = False) -> list[float] | None:
-    """The numbers of a list or tuple (one a request of the step), or None when `value` is
-    no such list; with `scalar`, a bare number is one request's."""
-    if isinstance(value, bool):
-        return None
-    if scalar and isinstance(value, (int, float)):
-        return [float(value)]
-    if not isinstance(value, (list, tuple)):
-        return None
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return None
-        out.append(float(v))
-    return out
+__all__ = ["HotPath", "as_accept_len"]
 
 
 class HotPath(Lifecycle):
@@ -373,61 +337,9 @@ class HotPath(Lifecycle):
         site: Site,
         key: int = 0,
     ) -> float:
-        """A cycle's tokens from a call: a legacy `accept_len` path on the return value (NaN
-        when absent), or a bound `accept` rule; a rule that fails, or gives no number, is
-        disabled for this target and said once on stderr; the program never sees it.
-
-        A rule's per-request numbers (a list from a "count" rule, any "drafted" rule) are kept
-        aside under `key` (the row's seq; -seq for a cycle rule) for the `accepts.jsonl` file
-        beside the records (DEFINITIONS.md "Acceptance length"); a "drafted" row carries NaN."""
-        if isinstance(rule, str):
-            try:
-                acc = as_accept_len(read_attr_path(result, rule))
-            except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-                return _NAN
-            return _NAN if acc is None else acc
-        if id(rule) in self._accept_off:
-            return _NAN
-        why = ""
-        try:
-            value = rule.read(result, args, kwargs or {})
-            kind = rule.rule.kind
-            nums = None if kind == "delta" else per_request(value, kind == "drafted")
-            if kind == "drafted" or nums is not None:
-                if nums is None:
-                    why = f"gave {type(value).__name__}, not a list of numbers"
-                    acc = None
-                else:
-                    tag = "d" if kind == "drafted" else "t"
-                    if key and (nums or tag == "d"):
-                        self._accept_detail.append((key, tag, nums))
-                    if tag == "d" or not nums:
-                        return _NAN
-                    acc = sum(nums) / len(nums)
-            else:
-                acc = as_accept_len(value)
-                if acc is None:
-                    why = f"gave {type(value).__name__}, not a number (a CUDA tensor is not read: that would synchronise)"
-        except Exception as exc:
-            acc, why = None, f"{type(exc).__name__}: {exc}"
-        if acc is not None:
-            return acc
-        self._accept_off.add(id(rule))
-        with contextlib.suppress(Exception):
-            self.accept_failed.append(
-                {
-                    "rule": rule.rule.text,
-                    "where": rule.rule.where,
-                    "target": str(site.target),
-                    "why": why,
-                }
-            )
-        with contextlib.suppress(Exception):
-            sys.stderr.write(
-                f"tracekit: accept rule {rule.rule.text} ({rule.rule.where}) on {site.target} "
-                f"{why}; acceptance is not read from this target any more, the program goes on\n"
-            )
-        return _NAN
+        """A cycle's tokens from a call (collectors/recording/readings.py `read_accept`); `key`
+        is the row's seq (-seq for a cycle rule), under which per-request numbers are kept."""
+        return read_accept(self, result, rule, args, kwargs, site, key)
 
     @property
     def _buf(self) -> list[tuple[Any, ...]]:
