@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from tracekit.analyzers.acceptance import DETAIL, pooled
+from tracekit.analyzers.steady import CycleChoice
 from tracekit.store.acceptance import step_accept
 from tracekit.store.numbering import phases_and_cycles
 
@@ -193,6 +194,17 @@ def test_merge_writes_the_steps_counts_and_summary_pools_them_once_per_cycle(
     assert got is not None
     assert got["accept_len_mean"] == pytest.approx(3.0)
     assert got["drafts"] == 3
+    # AND the summary says so, in JSON and in its text line
+    from tracekit.analyzers.summary import summarize
+    from tracekit.cli.summary import accept_line
+
+    sm = summarize(tmp_path, choice=CycleChoice("all"))
+    assert sm["accept_len_mean"] == pytest.approx(3.0)
+    assert sm["accept"]["accept_rate_per_pos"] == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+    assert accept_line(sm["accept"]) == (
+        "Acceptance pooled over 3 drafting request(s) in 2 step(s): 1 + 6 accepted / 3 drafts; "
+        "rate 0.500 of 12 drafted; per position 0.667 0.667 0.333 0.333; 2.00 requests a step."
+    )
 
 
 def test_runs_without_readings_read_as_before(tmp_path: Path) -> None:
