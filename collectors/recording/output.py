@@ -195,9 +195,10 @@ class Output(GpuEvents):
                 self.flushes += 1
                 self._rows_written += len(ready)
                 self._segment_written(len(data), ready)
-            if self._accept_detail:  # after the rows they belong to
+            if self._accept_detail:  # after the rows they belong to, in their segment's file
                 detail, self._accept_detail = self._accept_detail, []
-                append_accepts(self.dir, detail)
+                seg = self._segments.current
+                append_accepts(self.dir, detail, seg.index if seg is not None else 0)
             if final:
                 stream.close()
             if final or self._process_records != self._rows_written:
