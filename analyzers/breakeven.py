@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracekit.analyzers.acceptance import kept_acceptance
 from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.steady import CycleChoice, decide
 from tracekit.analyzers.summary import cycle_totals
@@ -66,6 +67,9 @@ def run_cycles(analysis: RunAnalysis, choice: CycleChoice | None = None) -> dict
     recorded = analysis.recorded
     steady = decide(recorded, choice)
     totals = cycle_totals(steady.keep(recorded))
+    accept = kept_acceptance(analysis.run_dir, steady)  # pooled over requests, when read
+    if accept:
+        totals["accept_len_mean"] = accept["accept_len_mean"]
     if not (totals["cycle_ms_mean"] or 0) > 0:
         msg = f"{analysis.run_dir}: no cycle with device time; is this a run directory with phases?"
         raise InputError(msg)

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.analyzers.acceptance import kept_acceptance
 from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.rules import RuleTable
 from tracekit.analyzers.skew import phase_skew, skew_from
@@ -171,6 +172,7 @@ def summary_from(analysis: RunAnalysis, choice: CycleChoice | None = None) -> di
     """DESIGN's summary of an analysis, over the steady-state cycles (or `choice`)."""
     steady = decide(analysis.recorded, choice)
     totals = cycle_totals(steady.keep(analysis.recorded))
+    accept = kept_acceptance(analysis.run_dir, steady)  # pooled over requests, when read
     bd, shares_note = steady.keep_shares(analysis.breakdown)
     profiled = _profiled(analysis)
     coll = steady.keep(analysis.collectives)
@@ -185,7 +187,8 @@ def summary_from(analysis: RunAnalysis, choice: CycleChoice | None = None) -> di
         "cycle_ms_p50": totals["cycle_ms_p50"],
         "cycle_ms_mean": totals["cycle_ms_mean"],
         "cycle_ms_p90": totals["cycle_ms_p90"],
-        "accept_len_mean": totals["accept_len_mean"],
+        "accept_len_mean": accept["accept_len_mean"] if accept else totals["accept_len_mean"],
+        **({"accept": accept} if accept else {}),
         "tokens": totals["tokens"],
         "tokens_per_s": totals["tokens_per_s"],
         **steady.to_json(),

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from tracekit.errors import CollectorError
 
-AcceptKind = Literal["count", "delta"]
+AcceptKind = Literal["count", "delta", "drafted"]
+AcceptState = Literal["before", "after"]
 AcceptFrom = Literal["return", "arg"]
 # One step of an accept `value` path: ("attr", name), ("index", n), ("each", None), or
 # ("len", None) (the length of what the steps before it reached).
@@ -33,7 +34,11 @@ class AcceptRule:
     position from the function's signature). `steps` is the parsed `value` path, applied to that
     object; `kind` "count": the value is the cycle's tokens (a list or a CPU tensor: its mean);
     "delta": the value is a length whose growth from one cycle's call to the next is the
-    tokens (DEFINITIONS.md "acceptance rules"). `text` is the rule as written, for messages.
+    tokens (DEFINITIONS.md "acceptance rules"); "drafted": the value is the draft tokens of each
+    request of the step (a list; a request with 0 drafted none), so acceptance is pooled over
+    the requests that drafted. `state` (delta only): the length is the state "before" the
+    call's cycle (default for an argument) or "after" it (default for a return value); a cycle
+    with both gets after - before. `text` is the rule as written, for messages.
     """
 
     source: AcceptFrom
@@ -42,6 +47,7 @@ class AcceptRule:
     arg: str | None = None
     text: str = ""
     where: str = ""
+    state: AcceptState = "before"
 
 
 def parse_value(text: str, where: str) -> tuple[Step, ...]:
@@ -77,9 +83,9 @@ def accept_rule(value: object, where: str) -> AcceptRule:
     if not isinstance(value, dict):
         msg = f'{where}: must be a table such as {{ from = "return", value = "accept_len" }}'
         raise CollectorError(msg)
-    extra = set(value) - {"from", "value", "kind"}
+    extra = set(value) - {"from", "value", "kind", "state"}
     if extra:
-        msg = f"{where}: unknown key(s) {sorted(extra)}; allowed: from, value, kind"
+        msg = f"{where}: unknown key(s) {sorted(extra)}; allowed: from, value, kind, state"
         raise CollectorError(msg)
     src = value.get("from", "return")
     arg = None
@@ -93,16 +99,38 @@ def accept_rule(value: object, where: str) -> AcceptRule:
         msg = f'{where}: `from = {src!r}`; use "return" or "arg:NAME" (an argument of the target)'
         raise CollectorError(msg)
     kind = value.get("kind", "count")
-    if kind not in ("count", "delta"):
-        msg = f'{where}: `kind = {kind!r}`; use "count" (tokens of the cycle) or "delta" (growth of a length)'
+    if kind not in ("count", "delta", "drafted"):
+        msg = (
+            f'{where}: `kind = {kind!r}`; use "count" (tokens of the cycle), "delta" (growth of '
+            'a length) or "drafted" (draft tokens of each request)'
+        )
         raise CollectorError(msg)
+    state = _state(value.get("state"), kind, source, where)
     text = value.get("value", "")
     if not isinstance(text, str):
         msg = f'{where}: `value` must be a string path such as "shape[-1]", got {text!r}'
         raise CollectorError(msg)
     steps = parse_value(text, where)
     shown = f"from={src} value={text or '(itself)'} kind={kind}"
-    return AcceptRule(source, steps, kind, arg, shown, where)
+    if "state" in value:
+        shown += f" state={state}"
+    return AcceptRule(source, steps, kind, arg, shown, where, state)
+
+
+def _state(value: object, kind: str, source: AcceptFrom, where: str) -> AcceptState:
+    """A delta rule's `state`: what its length is, before or after the call's cycle."""
+    if value is None:
+        return "before" if source == "arg" else "after"
+    if kind != "delta":
+        msg = f'{where}: `state` is for kind = "delta" only; remove it'
+        raise CollectorError(msg)
+    if value not in ("before", "after"):
+        msg = (
+            f'{where}: `state = {value!r}`; use "before" (the length before the cycle) or '
+            '"after" (the length after it)'
+        )
+        raise CollectorError(msg)
+    return "before" if value == "before" else "after"
 
 
 def accept_rules(value: object, where: str) -> tuple[AcceptRule, ...]:
@@ -117,10 +145,10 @@ def accept_rules(value: object, where: str) -> tuple[AcceptRule, ...]:
         accept_rule(v, f"{where}[{i}]" if isinstance(value, list) else where)
         for i, v in enumerate(items)
     )
-    if len({(r.kind, r.source if r.kind == "delta" else "") for r in rules}) > 1:
+    if len({(r.kind, r.state if r.kind == "delta" else "") for r in rules}) > 1:
         msg = (
-            f"{where}: alternatives must share `kind` (and, for delta, the kind of `from`: all "
-            "return or all arg); split them or make them agree"
+            f"{where}: alternatives must share `kind` (and, for delta, the `state` their "
+            "lengths give: all before or all after the cycle); split them or make them agree"
         )
         raise CollectorError(msg)
     return rules
@@ -161,8 +189,10 @@ def evaluate(steps: tuple[Step, ...], obj: Any) -> Any:
     """Apply parsed `value` steps to `obj` (attribute or mapping key, index, each, len)."""
     for i, (kind, arg) in enumerate(steps):
         if kind == "each":
+            if isinstance(obj, dict):
+                obj = list(obj.values())  # a mapping: each of its values
             if not isinstance(obj, (list, tuple)):
-                msg = f"`[*]` needs a list or tuple, got {type(obj).__name__}"
+                msg = f"`[*]` needs a list, tuple or dict, got {type(obj).__name__}"
                 raise TypeError(msg)
             rest = steps[i + 1 :]
             return [evaluate(rest, x) for x in obj]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracekit.store.raw.accepts import accepts_name
 from tracekit.store.raw.files import segment_name
 
 DEFAULT_SEGMENT_BYTES = 256 << 20  # without --keep: segments this big, none deleted
@@ -181,10 +182,11 @@ class SegmentLog:
                 break
             self.closed.popleft()
             self.closed_bytes -= oldest.bytes
-            try:
-                oldest.path.unlink()
-            except FileNotFoundError:
-                pass
+            for path in (oldest.path, oldest.path.with_name(accepts_name(oldest.index))):
+                try:
+                    path.unlink()  # the segment's records and its acceptance readings
+                except FileNotFoundError:
+                    pass
             self.dropped.add(oldest, reason)
             gone.append(oldest)
         return gone

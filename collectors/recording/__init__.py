@@ -8,6 +8,7 @@ Each layer may use the ones below it, never those above:
   the manifest) and disabling itself on a failure;
 - `lifecycle`: the bounded exit, fork handling;
 - `hotpath`: `enter` / `exit` and the inlined sync wrapper body (`sync_call`), the site codes.
+- `readings`: acceptance read from a call at its exit (a number a row, per-request lists aside).
 
 The layers are classes of one object (mixins in a line: `Recorder(HotPath)`, `HotPath(Lifecycle)`,
 ...), so a call on the hot path looks its methods up exactly as on one class.

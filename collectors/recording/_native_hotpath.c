@@ -369,8 +369,9 @@ static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
     Py_DECREF(top);
     double acc = NAN;
     if (result && self->acc_path != Py_None) {
-        PyObject *r = PyObject_CallMethod(self->rec, "_accept", "OO()OO", result, self->acc_path,
-                                          Py_None, self->site);
+        /* the row's seq keys the call's per-request readings (readings.py `read_accept`) */
+        PyObject *r = PyObject_CallMethod(self->rec, "_accept", "OO()OOL", result,
+                                          self->acc_path, Py_None, self->site, e->seq);
         if (!r) return -1;
         acc = PyFloat_AsDouble(r);
         Py_DECREF(r);

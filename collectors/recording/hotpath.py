@@ -8,14 +8,13 @@ measured per-call path, where every call and attribute look-up saved counts.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tracekit.collectors.accept import read_attr_path
 from tracekit.collectors.compiled import gate as _gate
 from tracekit.collectors.recording.lifecycle import Lifecycle
+from tracekit.collectors.recording.readings import as_accept_len, read_accept
 from tracekit.collectors.recording.state import CLOCK_OFFSET_NS, Frame, SiteInfo, ThreadState
 from tracekit.collectors.recording.state import now_ns as _time_ns
 from tracekit.store.raw.schema import ROW, SiteKind
@@ -27,26 +26,7 @@ _ROW = ROW
 _pack = ROW.pack
 _NAN = float("nan")
 _modules = sys.modules
-
-
-def as_accept_len(value: object) -> float | None:
-    """A number from a return-value field; never synchronises a device."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        nums = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        return sum(nums) / len(nums) if nums else None
-    if hasattr(value, "item") and hasattr(value, "numel"):
-        tensor: Any = value
-        if getattr(tensor, "is_cuda", False):
-            return None  # reading it would synchronise the stream
-        if tensor.numel() == 1:
-            return float(tensor.item())
-        if tensor.numel() > 1:
-            return float(tensor.float().mean().item())
-    return None
+__all__ = ["HotPath", "as_accept_len"]
 
 
 class HotPath(Lifecycle):
@@ -209,7 +189,7 @@ class HotPath(Lifecycle):
                 ts.stack.pop()
                 acc = _NAN
                 if ok and info[3] is not None:
-                    acc = self._accept(result, info[3], args, kwargs, info[5])
+                    acc = self._accept(result, info[3], args, kwargs, info[5], seq)
                 rows += _pack(code, cycle, depth, parent, ts.tid, seq, start, end, replays, acc, ok)
             if ccode >= 0:
                 ts.in_cycle = False
@@ -219,7 +199,7 @@ class HotPath(Lifecycle):
                     nv.pop_range()
                 acc = _NAN
                 if ok and info[4] is not None:
-                    acc = self._accept(result, info[4], args, kwargs, info[5])
+                    acc = self._accept(result, info[4], args, kwargs, info[5], -seq)
                 cseq = seq if code < 0 else -seq  # a site both phase and cycle: two rows
                 rows += _pack(ccode, cycle, depth, -1, ts.tid, cseq, start, end, replays, acc, ok)
                 if self.profile is not None:
@@ -330,7 +310,7 @@ class HotPath(Lifecycle):
                     ts.stack.pop()
                     acc = _NAN
                     if ok and acc_path is not None:
-                        acc = rec._accept(result, acc_path, (), None, site)
+                        acc = rec._accept(result, acc_path, (), None, site, seq)
                     rows = rec._rows
                     rows += _pack(
                         code, cycle, depth, parent, ts.tid, seq, start, end,
@@ -385,44 +365,11 @@ class HotPath(Lifecycle):
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
         site: Site,
+        key: int = 0,
     ) -> float:
-        """A cycle's tokens from a call: a legacy `accept_len` path on the return value (NaN
-        when absent), or a bound `accept` rule; a rule that fails, or gives no number, is
-        disabled for this target and said once on stderr; the program never sees it."""
-        if isinstance(rule, str):
-            try:
-                acc = as_accept_len(read_attr_path(result, rule))
-            except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-                return _NAN
-            return _NAN if acc is None else acc
-        if id(rule) in self._accept_off:
-            return _NAN
-        why = ""
-        try:
-            value = rule.read(result, args, kwargs or {})
-            acc = as_accept_len(value)
-            if acc is None:
-                why = f"gave {type(value).__name__}, not a number (a CUDA tensor is not read: that would synchronise)"
-        except Exception as exc:
-            acc, why = None, f"{type(exc).__name__}: {exc}"
-        if acc is not None:
-            return acc
-        self._accept_off.add(id(rule))
-        with contextlib.suppress(Exception):
-            self.accept_failed.append(
-                {
-                    "rule": rule.rule.text,
-                    "where": rule.rule.where,
-                    "target": str(site.target),
-                    "why": why,
-                }
-            )
-        with contextlib.suppress(Exception):
-            sys.stderr.write(
-                f"tracekit: accept rule {rule.rule.text} ({rule.rule.where}) on {site.target} "
-                f"{why}; acceptance is not read from this target any more, the program goes on\n"
-            )
-        return _NAN
+        """A cycle's tokens from a call (collectors/recording/readings.py `read_accept`); `key`
+        is the row's seq (-seq for a cycle rule), under which per-request numbers are kept."""
+        return read_accept(self, result, rule, args, kwargs, site, key)
 
     @property
     def _buf(self) -> list[tuple[Any, ...]]:

@@ -130,6 +130,7 @@ class Lifecycle(Output):
         """In a forked child: start a fresh record stream of its own (the parent keeps its)."""
         self.pid = os.getpid()
         self._rows = bytearray()
+        self._accept_detail = []
         self._gpu_pending = []
         self._gpu_done = {}
         self._bound_ids = set()

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tracekit.store.raw.accepts import append_accepts
 from tracekit.store.raw.files import MANIFEST_FILE, PROCESS_FILE, SITES_FILE, write_json
 from tracekit.store.raw.ipc import StreamWriter
 from tracekit.store.raw.records import encode_rows
@@ -194,6 +195,10 @@ class Output(GpuEvents):
                 self.flushes += 1
                 self._rows_written += len(ready)
                 self._segment_written(len(data), ready)
+            if self._accept_detail:  # after the rows they belong to, in their segment's file
+                detail, self._accept_detail = self._accept_detail, []
+                seg = self._segments.current
+                append_accepts(self.dir, detail, seg.index if seg is not None else 0)
             if final:
                 stream.close()
             if final or self._process_records != self._rows_written:

@@ -156,6 +156,9 @@ class RecorderState:
         self._gpu_ref: tuple[Any, int] | None = None
         self._failed = False
         self._accept_off: set[int] = set()  # id() of accept rules disabled after a failure
+        # per-request numbers of accept rules, (row key, "t" tokens | "d" drafted, numbers),
+        # appended to accepts.jsonl at each flush (tracekit/store/raw/accepts.py)
+        self._accept_detail: list[tuple[int, str, list[float]]] = []
         # the rules so disabled, for process.json (merge warns once a rule)
         self.accept_failed: list[dict[str, str]] = []
         self._rank_info: dict[str, Any] = {}

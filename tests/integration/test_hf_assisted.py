@@ -4,8 +4,12 @@ the target with its weights slightly perturbed (so acceptance is neither 1 nor t
 
 Checks, on a real program nobody here wrote the decoding loop of:
 - acceptance from a user map (`accept = { from = "arg:input_ids", value = "shape[-1]",
-  kind = "delta" }` on the draft phase) equals the program's own tokens per cycle, cycle by cycle
-  (the program counts `num_matches + 1` at each `update_candidate_strategy` call);
+  kind = "delta" }` on the draft phase: the length before each cycle; the same on
+  `update_candidate_strategy`, whose `input_ids` holds the cycle's accepted tokens, with
+  `state = "after"`) equals the program's own tokens per cycle, cycle by cycle, the last cycle
+  of each `generate` included (the program counts `num_matches + 1` at each
+  `update_candidate_strategy` call); with the "before" length alone, every cycle but the last
+  of each `generate`;
 - outermost wins: the draft model's forward calls inside `get_candidates` are sub-phases of
   draft, and the top-level phases of each cycle are one draft and one verify, in light and in
   full mode alike (the same (cycle, phase) counts on the profiled cycles).
@@ -64,7 +68,8 @@ def _count(self, input_ids, scores, num_matches):
 AssistedCandidateGenerator.update_candidate_strategy = _count
 
 mode = sys.argv[1]
-new_tokens, prompt_len, rounds = 40, 8, int(sys.argv[2]) if len(sys.argv) > 2 else 2
+rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+new_tokens, prompt_len = (int(sys.argv[3]) if len(sys.argv) > 3 else 40), 8
 gen = torch.Generator().manual_seed(1)
 tokens = 0
 elapsed = 0.0
@@ -96,9 +101,18 @@ accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta" }
 name = "verify"
 targets = ["transformers.models.llama.modeling_llama:LlamaForCausalLM.forward"]
 
+# the length after the cycle: every cycle's tokens, the last of each generate() too
+[[phase]]
+name = "accept"
+targets = ["transformers.generation.candidate_generator:AssistedCandidateGenerator.update_candidate_strategy"]
+accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta", state = "after" }
+
 [cycle]
 starts_with = "draft"
 """
+
+# the map before `state`: the length before each cycle only
+BEFORE_MAP = SPEC_MAP.split("# the length after")[0] + '[cycle]\nstarts_with = "draft"\n'
 
 PLAIN_MAP = """
 [adapter]
@@ -137,6 +151,7 @@ def hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("hf")
     (d / "prog.py").write_text(PROGRAM)
     (d / "spec.toml").write_text(SPEC_MAP)
+    (d / "before.toml").write_text(BEFORE_MAP)
     (d / "plain.toml").write_text(PLAIN_MAP)
     return d
 
@@ -147,26 +162,30 @@ def _top(run: Path) -> pl.DataFrame:
 
 
 def test_acceptance_from_user_map_equals_program_tokens_per_cycle(hf: Path) -> None:
-    # GIVEN DESIGN.md's map with an accept rule, WHEN the program runs under launch (light)
+    # GIVEN DESIGN.md's map with accept rules before and after each cycle, WHEN the program
+    # runs under launch (light)
     run, own = _launch(hf, "spec-light", "spec.toml", "--", sys.executable, "prog.py", "spec")
     cycles = read_table(run, "cycles").sort("cycle")
     own_cycles = own["per_cycle"]
-    # THEN one cycle a get_candidates call, and each cycle's tokens are the program's own,
-    # except the last cycle of each generate() (a length's growth needs the next call)
+    # THEN one cycle a get_candidates call, and each cycle's tokens are the program's own, the
+    # last cycle of each generate() included
     assert cycles.height == len(own_cycles)
-    last = {e - 1 for e in own["round_ends"]}
-    got = cycles["accept_len"].to_list()
-    assert [got[i] for i in sorted(last)] == [None] * len(last)
-    known = [i for i in range(len(own_cycles)) if i not in last]
-    assert [got[i] for i in known] == [float(own_cycles[i]) for i in known]
-    mean = sum(own_cycles[i] for i in known) / len(known)
+    assert cycles["accept_len"].to_list() == [float(n) for n in own_cycles]
+    mean = sum(own_cycles) / len(own_cycles)
     assert 1.2 < mean < 4.5  # neither trivially 1 nor always the full 4 + 1
-    # AND outermost wins: each cycle's top level is one draft then one verify; the draft
-    # model's forward calls are sub-phases of draft
+    summary = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "tracekit", "summary", str(run), "--all-cycles", "--json"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    assert summary["accept_len_mean"] == pytest.approx(mean)
+    # AND outermost wins: each cycle's top level is one draft, one verify and one accept
+    # (update_candidate_strategy); the draft model's forward calls are sub-phases of draft
     top = _top(run).filter(pl.col("cycle") >= 0)
     counts = top.group_by("cycle", "phase").len()
     assert set(counts["len"].to_list()) == {1}
-    assert counts.height == 2 * cycles.height
+    assert counts.height == 3 * cycles.height
     nested = read_table(run, "phases").filter(pl.col("depth") > 0)
     assert nested.height > 0
     assert set(nested["parent"].cast(pl.String).to_list()) == {"draft"}
@@ -185,13 +204,36 @@ def test_full_mode_keeps_draft_and_matches_light_mode(hf: Path) -> None:
     assert not rp.approximate
     inst = rp.instances.filter(pl.col("depth") == 0)
     got = sorted(inst.filter(pl.col("cycle") >= 0).group_by("cycle", "phase").len().iter_rows())
-    # THEN every profiled cycle has its draft and its verify, as in light mode
+    # THEN every profiled cycle has its draft, verify and accept, as in light mode
     lt = _top(light).filter(pl.col("cycle").is_between(2, 4))
     want = sorted(lt.group_by("cycle", "phase").len().iter_rows())
     assert got == want
-    assert {(c, p) for c, p, _ in got} == {(c, p) for c in (2, 3, 4) for p in ("draft", "verify")}
+    want_phases = ("draft", "verify", "accept")
+    assert {(c, p) for c, p, _ in got} == {(c, p) for c in (2, 3, 4) for p in want_phases}
     # AND no annotation fell outside its cycle; nested verify ranges are draft's sub-phases
     assert inst.filter(pl.col("cycle") < 0).height == 0
     sub = rp.instances.filter(pl.col("depth") > 0)
     assert sub.height > 0
     assert set(sub["parent"].to_list()) == {"draft"}
+
+
+def test_short_generates_count_every_cycle(hf: Path) -> None:
+    """Four generates of 7 new tokens: 5, 2, 2 and 3 cycles (this program, greedy), so the last
+    cycle is a large share of each."""
+    # GIVEN short generates, WHEN run under the map with and without the "after" length
+    args = ("--", sys.executable, "prog.py", "spec", "4", "7")
+    run, own = _launch(hf, "short", "spec.toml", *args)
+    before, own_b = _launch(hf, "short-before", "before.toml", *args)
+    assert own_b["per_cycle"] == own["per_cycle"]  # the same program, greedy
+    per, ends = own["per_cycle"], own["round_ends"]
+    sizes = [e - s0 for s0, e in zip([0, *ends[:-1]], ends, strict=True)]
+    assert {2, 3} <= set(sizes), sizes  # generates of 2 and of 3 cycles
+    for s0, e in zip([0, *ends[:-1]], ends, strict=True):
+        assert sum(per[s0:e]) == 7  # each generate's cycles emitted its 7 tokens
+    # THEN with it, every cycle is the program's own count
+    got = read_table(run, "cycles").sort("cycle")["accept_len"].to_list()
+    assert got == [float(n) for n in per]
+    # AND without it, the last cycle of each generate has none (what the "after" rule adds)
+    got_b = read_table(before, "cycles").sort("cycle")["accept_len"].to_list()
+    last = {e - 1 for e in ends}
+    assert got_b == [None if i in last else float(n) for i, n in enumerate(per)]

@@ -64,11 +64,12 @@ def offline(
     mode: str = "light",
     profile_cycles: str | None = None,
     name: str = "run",
+    seqs: int = 1,
 ) -> Run:
     out = tmp / f"{name}.json"
     driver = [
         sys.executable, "-m", "tests.servers.offline", "--method", method, "--tp", str(tp),
-        "--out", str(out),
+        "--max-num-seqs", str(seqs), "--out", str(out),
     ]  # fmt: skip
     if compiled:
         driver.append("--compiled")
@@ -153,12 +154,16 @@ def vllm_accept(counters: dict[str, float]) -> float | None:
 
 
 def tracekit_accept(cyc: pl.DataFrame, rank: int = 0) -> tuple[float | None, int]:
-    """Mean acceptance over every cycle of `rank` that verified a draft (all cycles, warm-up
-    included, as vLLM's counters count), and how many such cycles."""
-    got = cyc.filter((pl.col("rank") == rank) & pl.col("accept_len").is_not_null())
-    if got.height == 0:
+    """tracekit's mean acceptance over every cycle of `rank` (warm-up included, as vLLM's
+    counters count), pooled over the requests that drafted (analyzers/acceptance.py), and
+    its drafts (requests that drafted, summed over the cycles: vLLM's `num_drafts`)."""
+    from tracekit.analyzers.acceptance import DETAIL, pooled
+
+    got = cyc.filter(pl.col("rank") == rank).select("cycle", "accept_len", *DETAIL)
+    acc = pooled(got)
+    if acc is None:
         return None, 0
-    return float(got["accept_len"].mean()), got.height  # type: ignore[arg-type]
+    return float(acc["accept_len_mean"]), int(acc["drafts"])
 
 
 def clean_exit(run: Run) -> None:

@@ -51,8 +51,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=len(PROMPTS))
-    # one sequence at a time: tracekit's per-cycle acceptance and vLLM's pooled counters then
-    # count the same (request, step) pairs
+    # sequences in flight: with several, a step verifies several requests' drafts (vLLM's
+    # counters and tracekit pool them over the requests that drafted)
     ap.add_argument("--max-num-seqs", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()

@@ -3,19 +3,22 @@
 The matrix (each configuration costs a vLLM start-up of 40-120 s on two cores, so not every
 combination runs; the whole file must stay inside the CI budget):
 
-| test                         | entry        | proposer    | TP | graph    | mode  | baseline |
-|------------------------------|--------------|-------------|----|----------|-------|----------|
-| test_offline[ngram-tp1]      | LLM          | ngram       | 1  | eager    | light | yes      |
-| test_offline[draft-tp2]      | LLM          | draft_model | 2  | eager    | light | yes      |
-| test_offline[eagle-tp2-c]    | LLM          | EAGLE       | 2  | compiled | light | no       |
-| test_offline[eagle-tp2-full] | LLM          | EAGLE       | 2  | eager    | full  | no       |
-| test_api_server_sigint       | OpenAI API   | draft_model | 1  | eager    | light | no       |
+| test                         | entry        | proposer    | TP | graph    | mode  | in flight | baseline |
+|------------------------------|--------------|-------------|----|----------|-------|-----------|----------|
+| test_offline[ngram-tp1]      | LLM          | ngram       | 1  | eager    | light | 4         | yes      |
+| test_offline[draft-tp2]      | LLM          | draft_model | 2  | eager    | light | 4         | yes      |
+| test_offline[eagle-tp2-c]    | LLM          | EAGLE       | 2  | compiled | light | 1         | no       |
+| test_offline[eagle-tp2-full] | LLM          | EAGLE       | 2  | eager    | full  | 1         | no       |
+| test_api_server_sigint       | OpenAI API   | draft_model | 1  | eager    | light | 1         | no       |
 
 Each asserts: the phases recorded (draft, verify; allreduce inside verify on TP 2), the cycles
-(per rank equal across ranks, and at least as many as vLLM's drafted steps), the acceptance
-length equal to vLLM's own counters (1 + accepted / drafts) within 2%, the same tokens as the
-uninstrumented run, the drafter and communicator named at start-up, and a clean exit. The
-uninstrumented run gives the overhead figure (tokens/s of the timed `generate`).
+(per rank equal across ranks), the acceptance length, pooled over the requests that drafted
+(docs/DEFINITIONS.md "Acceptance length"), equal to vLLM's own counters (1 + accepted /
+drafts) within 1% and tracekit's drafts equal to vLLM's `num_drafts` (with 4 requests in flight
+a step verifies several requests' drafts, and n-gram requests without a match draft none), the
+same tokens as the uninstrumented run, the drafter and communicator named at start-up, and a
+clean exit. The uninstrumented run gives the overhead figure (tokens/s of the timed
+`generate`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from tests.servers import harness as h
@@ -43,13 +47,21 @@ def _models() -> Path:
 
 
 CONFIGS = {
-    "ngram-tp1": {"method": "ngram", "tp": 1, "compiled": False, "mode": "light", "baseline": True},
+    "ngram-tp1": {
+        "method": "ngram",
+        "tp": 1,
+        "compiled": False,
+        "mode": "light",
+        "baseline": True,
+        "seqs": 4,
+    },
     "draft-tp2": {
         "method": "draft_model",
         "tp": 2,
         "compiled": False,
         "mode": "light",
         "baseline": True,
+        "seqs": 4,
     },
     "eagle-tp2-c": {
         "method": "eagle",
@@ -89,7 +101,7 @@ def test_offline(config: str, tmp_path: Path) -> None:
     c = CONFIGS[config]
     run = h.offline(
         tmp_path, c["method"], tp=c["tp"], compiled=c["compiled"], mode=c["mode"], name=config,
-        profile_cycles="4:3" if c["mode"] == "full" else None,
+        profile_cycles="4:3" if c["mode"] == "full" else None, seqs=c.get("seqs", 1),
     )  # fmt: skip
     h.clean_exit(run)
     assert run.run_dir is not None
@@ -144,10 +156,14 @@ def test_offline(config: str, tmp_path: Path) -> None:
         "config": config,
         **{k: c[k] for k in ("method", "tp", "compiled", "mode")},
         "cycles_per_rank": per_rank[0],
-        "verified_cycles": verified,
+        "seqs": c.get("seqs", 1),
+        "drafts_tracekit": verified,
+        "drafts_vllm": counters.get("vllm:spec_decode_num_drafts"),
         "accept_tracekit": tk_acc,
         "accept_vllm": vllm_acc,
+        "accept_old_mean_of_cycles": _old_mean(cyc),
         "accept_summary_steady": summary.get("accept_len_mean"),
+        "accept_detail_steady": summary.get("accept"),
         "phases": _phase_shares(summary),
         "tokens_per_s": round(run.result["tokens_per_s"], 1),
         "wall_s": round(run.wall_s, 1),
@@ -160,6 +176,7 @@ def test_offline(config: str, tmp_path: Path) -> None:
             compiled=c["compiled"],
             instrumented=False,
             name=f"{config}-base",
+            seqs=c.get("seqs", 1),
         )
         h.clean_exit(base)
         assert run.result["tokens"] == base.result["tokens"], (
@@ -180,9 +197,23 @@ def test_offline(config: str, tmp_path: Path) -> None:
     # acceptance: tracekit's cycles that verified drafts against vLLM's own counters
     assert vllm_acc is not None, counters
     assert tk_acc is not None, "no cycle carried an acceptance"
-    assert abs(tk_acc - vllm_acc) <= 0.02 * vllm_acc, (tk_acc, vllm_acc)
+    assert abs(tk_acc - vllm_acc) <= 0.01 * vllm_acc, (tk_acc, vllm_acc)
     assert verified == counters["vllm:spec_decode_num_drafts"], (verified, counters)
-    assert per_rank[0] >= verified
+    drafted_cycles = cyc.filter((pl.col("rank") == 0) & (pl.col("drafts") > 0)).height
+    assert 0 < drafted_cycles <= per_rank[0]
+    if c.get("seqs", 1) > 1:  # several requests verified in one step
+        assert int(cyc.filter(pl.col("rank") == 0)["requests"].max()) > 1  # type: ignore[arg-type]
+
+
+def _old_mean(cyc: pl.DataFrame) -> float | None:
+    """What tracekit reported before pooling: the mean over the cycles of each cycle's mean
+    of its requests' tokens (a request without drafts counting 1)."""
+    sub = cyc.filter((pl.col("rank") == 0) & pl.col("requests").is_not_null())
+    sub = sub.filter(pl.col("drafts") > 0)
+    if sub.height == 0:
+        return None
+    per = (sub["accepted_tokens"] + sub["requests"]) / sub["requests"]
+    return float(per.mean())  # type: ignore[arg-type]
 
 
 # -- the OpenAI API server, stopped with SIGINT -------------------------------------------------
@@ -296,7 +327,7 @@ def test_api_server_sigint(tmp_path: Path) -> None:
     )
     assert kept >= 0.99, f"{verified} of vLLM's {drafts:.0f} drafted cycles in the merged run"
     assert tk_acc is not None
-    assert abs(tk_acc - (1 + accepted / drafts)) <= 0.02 * (1 + accepted / drafts)
+    assert abs(tk_acc - (1 + accepted / drafts)) <= 0.01 * (1 + accepted / drafts)
     # record counts are kept current: run.json's per-process counts cover the merged rows
     recorded = [p for p in manifest["processes"]["instrumented"] if p["records"]]
     assert recorded, manifest["processes"]

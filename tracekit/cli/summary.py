@@ -44,6 +44,8 @@ def render(summary: dict[str, Any]) -> None:
     line = _steady_line(summary)
     if line:
         console.print(line[0].upper() + line[1:] + ".")
+    if summary.get("accept"):
+        console.print(accept_line(summary["accept"]))
     print_table(console, _phase_table(summary))
     if summary.get("allreduce_note"):
         console.print(summary["allreduce_note"])
@@ -59,6 +61,22 @@ def render(summary: dict[str, Any]) -> None:
             "Communication-looking kernels no implementation entry matches (counted as "
             f"allreduce, label `unknown`; add an entry with --impl-table): {', '.join(unknown)}"
         )
+
+
+def accept_line(acc: dict[str, Any]) -> str:
+    """The pooled acceptance's line (DEFINITIONS.md "Acceptance length")."""
+    pos = acc.get("accept_rate_per_pos")
+    parts = [
+        f"Acceptance pooled over {acc['drafts']} drafting request(s) in {acc['steps']} step(s): "
+        f"1 + {fmt(acc['accepted_tokens'], 0)} accepted / {acc['drafts']} drafts",
+    ]
+    if acc.get("accept_rate") is not None:
+        parts.append(f"rate {fmt(acc['accept_rate'], 3)} of {acc['drafted_tokens']} drafted")
+    if pos:
+        parts.append("per position " + " ".join(fmt(p, 3) for p in pos))
+    if acc.get("requests_per_step") is not None:
+        parts.append(f"{fmt(acc['requests_per_step'], 2)} requests a step")
+    return "; ".join(parts) + "."
 
 
 def _phase_table(summary: dict[str, Any]) -> Table:

@@ -24,9 +24,10 @@ from tracekit.store.schema import SCHEMA_VERSION
 
 
 def _delta_source(accept: tuple[AcceptRule, ...]) -> AcceptSource | None:
-    """Where a rule of kind "delta" reads its length (merge turns lengths into tokens)."""
+    """What a rule of kind "delta" reads: the length before or after the call's cycle (merge
+    turns lengths into tokens)."""
     if accept and accept[0].kind == "delta":
-        return "arg" if accept[0].source == "arg" else "return"
+        return "before" if accept[0].state == "before" else "after"
     return None
 
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 import polars as pl
 
+from tracekit.store.acceptance import StepAccept, step_accept
 from tracekit.store.placement import nest, place
+from tracekit.store.raw.run import state_of
 from tracekit.store.schema import PHASES
 
 # `cycles.source`: how the cycle was found (analyzers/cycles.py adds the trace's kinds)
@@ -47,34 +50,52 @@ def cycle_source(kind: CycleSource, phase: str | None = None) -> str:
     return f"{kind}:{phase}" if kind == "starts_with" else kind
 
 
-def apply_deltas(rows: list[Row], kind: str, phase: str | None, source: str) -> None:
-    """Turn the lengths an accept rule of kind "delta" recorded into tokens per call, in place.
+def _valid(v: Any) -> bool:
+    return v is not None and v == v
 
-    The calls are the outermost ones of that phase (or the cycle-target calls), per process in
-    time order. A length read from an argument is the state before the call's cycle, so a
-    call's tokens are the growth to the next call; one read from a return value is the state
-    after, so the growth from the previous call. A growth <= 0 (a new sequence began) and a
-    call without a neighbour have none (DEFINITIONS.md "acceptance rules").
-    """
-    calls: dict[Any, list[Row]] = {}
+
+def apply_deltas(rows: list[Row], sources: list[tuple[str, str | None, str]]) -> None:
+    """Turn the lengths that accept rules of kind "delta" recorded into tokens per call, in
+    place. `sources`: (row kind, phase or None for the cycle rows, state "before" | "after").
+
+    The calls are the outermost ones of those phases (or the cycle-target calls), per process
+    in time order. A length "before" a cycle (read from an argument) gets the growth to the
+    "after" length read in the same cycle when there is one, else to the next "before" length;
+    an "after" length (a return value) the growth from the previous "after" length, unless its
+    cycle has a "before" length (which then carries the cycle's tokens). A growth <= 0 (a new
+    sequence began) and a call without that neighbour have none (DEFINITIONS.md "acceptance
+    rules", "The last cycle")."""
+    want = {(kind, phase): state for kind, phase, state in sources}
+    calls: dict[Any, list[tuple[Row, str, Any]]] = {}
     for r in rows:
-        if r["kind"] != kind or (phase is not None and r["phase"] != phase):
+        state = want.get((r["kind"], r["phase"] if r["kind"] == "phase" else None))
+        if state is None:
             continue
         if r["depth"] != 0:
             r["accept_len"] = None
             continue
-        calls.setdefault(r.get("pid"), []).append(r)
+        calls.setdefault(r.get("pid"), []).append((r, state, r["accept_len"]))
     for group in calls.values():
-        vals = [r["accept_len"] for r in group]
-        for i, r in enumerate(group):
-            j = i + 1 if source == "arg" else i - 1
-            a = vals[i]
-            b = vals[j] if 0 <= j < len(vals) else None
-            if a is None or b is None or a != a or b != b:
-                r["accept_len"] = None
-                continue
-            grow = (b - a) if source == "arg" else (a - b)
-            r["accept_len"] = grow if grow > 0 else None
+        _deltas(group)
+
+
+def _deltas(group: list[tuple[Row, str, Any]]) -> None:
+    """One process's delta readings (row, state, length), in time order."""
+    after = {r["cycle"]: v for r, st, v in group if st == "after" and _valid(v)}
+    before_cycles = {r["cycle"] for r, st, v in group if st == "before" and _valid(v)}
+    befores = [i for i, (_r, st, _v) in enumerate(group) if st == "before"]
+    next_before = {i: group[j][2] for i, j in pairwise(befores)}
+    prev_after = None
+    for i, (r, st, v) in enumerate(group):
+        if st == "before":
+            end = after.get(r["cycle"], next_before.get(i))
+            grow = end - v if _valid(v) and _valid(end) else None
+        else:
+            grow = v - prev_after if _valid(v) and _valid(prev_after) else None
+            prev_after = v
+            if r["cycle"] in before_cycles:
+                grow = None  # the cycle's "before" reading carries its tokens
+        r["accept_len"] = grow if grow is not None and grow > 0 else None
 
 
 class _RawCycles:
@@ -106,15 +127,30 @@ class _RawCycles:
         ]
         return vals[-1] if vals else None
 
+    def step(self, raw: RawKey, cycle_row: Row | None = None) -> StepAccept | None:
+        """The raw cycle's per-request readings (its outermost phases', its cycle target's)
+        pooled as the server counts them (tracekit/store/acceptance.py)."""
+        rows = [r for r in self.groups.get(raw, []) if r["depth"] == 0]
+        if cycle_row is not None:
+            rows.append(cycle_row)
+        tokens = [r["acc_tokens"] for r in rows if r.get("acc_tokens") is not None]
+        drafted = [r["acc_drafted"] for r in rows if r.get("acc_drafted") is not None]
+        return step_accept(tokens, drafted)
 
-def _cycle(new: int, pid: int, start: int, end: int, accept: float | None, src: str) -> Row:
+
+def _cycle(
+    new: int, pid: int, start: int, end: int, accept: float | None, src: str,
+    step: StepAccept | None = None,
+) -> Row:  # fmt: skip
+    """A `cycles` row; with per-request readings (`step`) its acceptance is theirs, pooled."""
     return {
         "cycle": new,
         "start_ns": start,
         "end_ns": end,
-        "accept_len": accept,
+        "accept_len": accept if step is None else step.accept_len,
         "source": src,
         "pid": pid,  # the owner, for placement when cycles are per process; not written
+        **(step.row() if step is not None else {}),
     }
 
 
@@ -137,7 +173,8 @@ def _target_cycles(raw: _RawCycles, cycle_rows: list[Row], ids: CycleIds | None)
         acc = c["accept_len"] if c["accept_len"] is not None else raw.phase_accept(k)
         src = cycle_source("cycle_target")
         n = _number(ids, raw, k, len(cycles))
-        cycles.append(_cycle(n, k[0], c["start_ns"], c["end_ns"], acc, src))
+        step = raw.step(k, c)
+        cycles.append(_cycle(n, k[0], c["start_ns"], c["end_ns"], acc, src, step))
     return cycles
 
 
@@ -154,7 +191,8 @@ def _starts_with_cycles(raw: _RawCycles, starts_with: str, ids: CycleIds | None)
         group = raw.groups[k]
         start, end = min(r["start_ns"] for r in group), max(r["end_ns"] for r in group)
         n = _number(ids, raw, k, len(cycles))
-        cycles.append(_cycle(n, k[0], start, end, raw.phase_accept(k), src))
+        acc, step = raw.phase_accept(k), raw.step(k)
+        cycles.append(_cycle(n, k[0], start, end, acc, src, step))
     return cycles
 
 
@@ -194,15 +232,18 @@ def phases_and_cycles(
     """A rank's `phases` and `cycles` rows from its decoded records (with `pid`).
 
     `cfg`: the map's cycle rule (`require`, `starts_with`) and its accept rules of kind
-    "delta" (`delta_phases`: phase -> "arg" | "return", `cycle_delta`). `ids`: the run's cycle
-    numbers (`cycle_ids`); without, the rank's cycles are numbered from 0."""
+    "delta" (`delta_phases`: phase -> "before" | "after", `cycle_delta`; run.py). `ids`: the
+    run's cycle numbers (`cycle_ids`); without, the rank's cycles are numbered from 0."""
     rows = sorted(records, key=lambda r: (r["start_ns"], r["seq"]))
     phase_rows = [r for r in rows if r["kind"] == "phase"]
     inst = _nested(phase_rows)
-    for name, source in (cfg.get("delta_phases") or {}).items():
-        apply_deltas(rows, "phase", name, source)
+    sources = [
+        ("phase", name, state_of(src)) for name, src in (cfg.get("delta_phases") or {}).items()
+    ]
     if cfg.get("cycle_delta"):
-        apply_deltas(rows, "cycle", None, cfg["cycle_delta"])
+        sources.append(("cycle", None, state_of(cfg["cycle_delta"])))
+    if sources:
+        apply_deltas(rows, sources)
     cycle_rows = [r for r in rows if r["kind"] == "cycle"]
     raw = _RawCycles(phase_rows, cycle_rows, cfg)
     if cycle_rows:

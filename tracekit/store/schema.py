@@ -113,9 +113,18 @@ CYCLES = pa.schema(
         pa.field("cycle", pa.int64()),
         pa.field("start_ns", pa.int64()),
         pa.field("end_ns", pa.int64()),
-        pa.field("accept_len", pa.float64()),  # tokens emitted in the cycle, null when unknown
+        # tokens emitted in the cycle (pooled over the requests that drafted: 1 + accepted /
+        # drafts), null when unknown
+        pa.field("accept_len", pa.float64()),
         # "cycle_target", "cycle_annotation", "starts_with:<phase>"
         pa.field("source", pa.string()),
+        # the step's counts when the map read each request's (tracekit/store/acceptance.py);
+        # null otherwise, and in stores written before they existed
+        pa.field("drafts", pa.int64()),  # requests that drafted
+        pa.field("drafted_tokens", pa.int64()),
+        pa.field("accepted_tokens", pa.float64()),
+        pa.field("requests", pa.int64()),  # requests that emitted tokens in the step
+        pa.field("accepted_per_pos", pa.list_(pa.int64())),  # requests accepted at position p
     ]
 )
 

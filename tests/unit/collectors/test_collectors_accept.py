@@ -43,6 +43,8 @@ def test_parse_value_grammar() -> None:
         ('{ from = "return", kind = "sum" }', 'use "count"'),
         ('{ from = "return", what = 1 }', "unknown key(s) ['what']"),
         ('[{ kind = "count" }, { kind = "delta" }]', "must share `kind`"),
+        ('{ from = "arg:x", kind = "count", state = "after" }', 'for kind = "delta" only'),
+        ('{ from = "arg:x", kind = "delta", state = "later" }', 'use "before"'),
         ('"accept_len"', "must be a table"),
     ],
 )
@@ -93,6 +95,12 @@ def test_evaluate_each_len_and_dict_keys() -> None:
     assert acc.evaluate(acc.parse_value("a.b[1]", "w"), {"a": {"b": [7, 8]}}) == 8
     with pytest.raises(TypeError, match=r"`\[\*\]` needs a list"):
         acc.evaluate(acc.parse_value("[*]", "w"), 3)
+    # on a mapping, `[*]` is each value (vLLM's request id -> draft token ids)
+    spec = {"scheduled_spec_decode_tokens": {"r1": [5, 6], "r2": [7]}}
+    assert acc.evaluate(acc.parse_value("len(scheduled_spec_decode_tokens[*])", "w"), spec) == [
+        2,
+        1,
+    ]
 
 
 def _records(rec: Recorder) -> list[dict[str, Any]]:
@@ -279,5 +287,7 @@ def test_builtin_vllm_map_reads_the_rejection_samplers_parsed_output() -> None:
     bound = acc.bind_accept(accept.accept, parse_output)
     assert bound is not None
     assert bound.read(([[5, 6, 7], [8]], None), (), {}) == [3, 1]
-    # the other phases read nothing (no rule to switch off, no message)
-    assert all(not p.accept for p in pm.load_builtin("vllm").phases if p.name != "accept")
+    # verify reads the drafted counts, output the async paths' tokens, the others nothing (no
+    # rule to switch off, no message); tests/unit/collectors/test_collectors_vllm_accept.py
+    reading = {p.name: p.accept[0].kind for p in pm.load_builtin("vllm").phases if p.accept}
+    assert reading == {"verify": "drafted", "accept": "count", "output": "count"}

@@ -214,3 +214,44 @@ def test_soak_million_cycles_disk_memory_files_flat_17(tmp_path: Path) -> None:
     print(
         f"1M cycles in {elapsed:.1f} s; disk {min(disk)}..{max(disk)} B; rss {[r >> 20 for r in rss]} MB"
     )
+
+
+def test_retention_deletes_a_segments_acceptance_readings_with_it(tmp_path: Path) -> None:
+    # GIVEN a count rule whose value is a list (one number a request): readings in
+    # accepts*.jsonl, one file a record segment
+    from tracekit.collectors.phasemap import parse
+    from tracekit.store.raw.accepts import read_accepts
+
+    rules = (
+        parse(
+            "[[phase]]\nname = 'verify'\ntargets = ['m:verify']\n"
+            "accept = { from = 'return', value = 'toks' }\n"
+        )
+        .phases[0]
+        .accept
+    )
+
+    class Batch:
+        toks = (3, 1)
+
+    policy = RetentionPolicy.from_keep(40_000, segment_bytes=10_000)
+    rec = Recorder(
+        RecorderConfig(tmp_path / "raw", flush_records=100, flush_seconds=3600, retention=policy)
+    )
+    ve = make_wrapper(
+        lambda: Batch(), Site(Target("m", "verify"), phase="verify", accept=rules), rec
+    )
+    for _ in range(5000):
+        ve()
+    rec.close()
+    # THEN the readings files are those of the kept segments, and every kept row has its own
+    segs = [i for i, _ in list_segments(rec.dir)]
+    names = sorted(p.name for p in rec.dir.glob("accepts*.jsonl"))
+    assert segs[0] > 0
+    assert names == sorted(f"accepts.{i}.jsonl" for i in segs)
+    found = read_accepts(rec.dir)
+    kept = [
+        s for _i, p in list_segments(rec.dir) for s in read_stream(p)[0].column("seq").to_pylist()
+    ]  # type: ignore[union-attr]
+    assert {k[1] for k in found} == set(kept)
+    assert all(v == {"t": [3.0, 1.0]} for v in found.values())

@@ -55,7 +55,7 @@ def test_cycle_rule_is_the_maps_rule_as_merge_reads_it(tmp_path: Path) -> None:
         "targets": ["tk_never_imported_mod:Worker.step"],
         "starts_with": None,
         "require": "draft",
-        "delta_phases": {"verify": "arg"},
+        "delta_phases": {"verify": "before"},  # the length before the cycle (state)
         "cycle_delta": None,
     }
     assert parse_cycle_rule(json.loads(json.dumps(rule)), tmp_path / "run.json") == rule
@@ -78,7 +78,7 @@ def test_a_launch_writes_run_json_and_returns_the_commands_exit_code(
     assert (run["status"], run["exit_code"], run["returncode"]) == ("finished", 3, 3)
     assert run["adapter"] == "tiny"
     assert run["cycle_rule"]["require"] == "draft"
-    assert run["cycle_rule"]["delta_phases"] == {"verify": "arg"}
+    assert run["cycle_rule"]["delta_phases"] == {"verify": "before"}
     assert run["signals_forwarded"] == []
     assert run["killed_after_grace"] is False
     assert run["targets"]["patched"] == []

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracekit.store.raw.accepts import attach_accepts
 from tracekit.store.raw.files import (
     KINETO_FILE,
     MANIFEST_FILE,
@@ -165,6 +166,7 @@ def _read_process(pid: int, d: Path) -> ProcessData:
     table, complete, err, rec_path, damage = _read_segments(d, info)
     if table is not None and table.num_rows:
         records, damaged = read_records(d, table)
+        attach_accepts(records, d)
     elif err:
         damaged = f"{rec_path}: {err}"
     kineto = d / KINETO_FILE

@@ -6,8 +6,9 @@ it (merge never parses the phase map again).
     {"targets": ["pkg.mod:Worker.step"],   # cycle targets: one call is one cycle
      "starts_with": null,                  # or the phase whose outermost call opens a cycle
      "require": "draft",                   # a cycle counts only if this phase ran inside it
-     "delta_phases": {"verify": "arg"},    # phases whose accept rule is of kind "delta": where
-                                           # the length was read ("arg" or "return")
+     "delta_phases": {"verify": "before"}, # phases whose accept rule is of kind "delta": what
+                                           # the length is: "before" or "after" the call's cycle
+                                           # ("arg" / "return" in runs launched before `state`)
      "cycle_delta": null}                  # the same for the cycle targets' accept rule
 """
 
@@ -19,8 +20,13 @@ from typing import Any, Literal, TypedDict
 from tracekit.errors import InputError
 
 CYCLE_RULE_KEY = "cycle_rule"
-AcceptSource = Literal["arg", "return"]
-_SOURCES = ("arg", "return")
+AcceptSource = Literal["before", "after", "arg", "return"]
+_SOURCES = ("before", "after", "arg", "return")
+
+
+def state_of(source: str) -> str:
+    """A delta rule's state: "before" ("arg" in older runs) or "after" ("return")."""
+    return "before" if source in ("before", "arg") else "after"
 
 
 class CycleRule(TypedDict):
@@ -51,7 +57,8 @@ def _source(value: object, path: Path, key: str) -> AcceptSource | None:
         return None
     if value not in _SOURCES:
         raise _bad(path, key, value)
-    return "arg" if value == "arg" else "return"
+    out: AcceptSource = value  # type: ignore[assignment]  # one of _SOURCES, as written
+    return out
 
 
 def parse_cycle_rule(rule: object, path: Path) -> CycleRule:
