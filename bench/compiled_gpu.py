@@ -102,9 +102,12 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
             res = out / f"{name}.json"
             cmd = [*prog, "--out", str(res)]
             env = None
-            if kind in ("traced", "disabled", "nonvml"):
+            if kind in ("traced", "disabled", "nonvml", "sample8", "driver"):
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
+                extra += ["--gpu-sample", "8"] if kind == "sample8" else []
                 cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
+            if kind == "driver":  # CUDA events through the driver API (collectors/recording/gpu.py)
+                env = {**os.environ, "TRACEKIT_GPU_EVENTS": "driver"}
             if kind == "disabled":  # launched, recording nothing: the launcher's own cost
                 env = {**os.environ, "TRACEKIT_DISABLE": "1"}
             step = _run(cmd, args.step_timeout, env)
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         "--kinds",
         default="alone,traced",
         help="HF runs of each round, in order (reversed every other round): alone, traced, "
-        "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml)",
+        "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml), sample8 (traced, --gpu-sample 8), driver (traced, driver-API events)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument("--quick", action="store_true", help="small sizes (the CPU check)")
