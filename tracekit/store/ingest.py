@@ -245,23 +245,34 @@ def _ingest_one(task: _Task) -> _Outcome:
 
     out = _Outcome(task.index, task.path)
     events_file = task.staging / f"{task.index}.events.parquet"
+    schema = with_metadata(TABLES["events"])
     writer: pq.ParquetWriter | None = None
+
+    def open_writer() -> pq.ParquetWriter:
+        # Dictionary-encode only the repetitive columns; hashing every `args` text is wasted.
+        return pq.ParquetWriter(
+            events_file, schema, compression="zstd", use_dictionary=list(EVENTS_DICT_COLUMNS)
+        )
+
+    def restart() -> None:  # the columnar reader declined after some batches: start over
+        nonlocal writer
+        if writer is not None:
+            writer.close()
+        writer = open_writer()
+
     try:
         trace = load(task.path)
+        writer = open_writer()
+        stats = BatchStats()
+        for batch in iter_batches(trace, stats=stats, restart=restart):
+            writer.write_table(conform("events", batch).replace_schema_metadata(schema.metadata))
+        writer.close()
+        writer = None
+        # after the events: a file the columnar reader declined may have been salvaged since
         out.warnings.extend(trace.warnings)
         out.salvaged = trace.salvaged
         rank, source = detect_rank(task.path, meta_value(trace, "distributedInfo"), task.override)
         out.rank, out.rank_source = rank, source
-        schema = with_metadata(TABLES["events"])
-        # Dictionary-encode only the repetitive columns; hashing every `args` text is wasted.
-        writer = pq.ParquetWriter(
-            events_file, schema, compression="zstd", use_dictionary=list(EVENTS_DICT_COLUMNS)
-        )
-        stats = BatchStats()
-        for batch in iter_batches(trace, stats=stats):
-            writer.write_table(conform("events", batch).replace_schema_metadata(schema.metadata))
-        writer.close()
-        writer = None
         out.events = stats.events
         if stats.negative_dur:
             out.warnings.append(

@@ -42,7 +42,7 @@ _MAX_US = 9.0e15  # |µs| beyond this overflows int64 nanoseconds
 
 
 def exact_ns(
-    values: Sequence[Any] | np.ndarray, *, relative: bool
+    values: Sequence[Any] | np.ndarray | pa.Array, *, relative: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond JSON numbers -> exact int64 ns. Returns (ns, valid mask).
 
@@ -55,7 +55,7 @@ def exact_ns(
     """
     n = len(values)
     try:
-        arr = pa.array(values)
+        arr = values if isinstance(values, pa.Array) else pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints past int64
         arr = pa.array([_as_float(v) for v in values], type=pa.float64())
     if pa.types.is_null(arr.type):
@@ -177,7 +177,7 @@ def _dict_array_py(values: Sequence[Any]) -> pa.DictionaryArray:
 
 
 def start_times(
-    ts: Sequence[Any] | np.ndarray, *, offset: int, relative: bool, stats: BatchStats
+    ts: Sequence[Any] | np.ndarray | pa.Array, *, offset: int, relative: bool, stats: BatchStats
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start_ns, usable mask) from JSON µs values; rows without a usable ts are counted."""
     ts_ns, ts_ok = exact_ns(ts, relative=relative)
@@ -188,7 +188,7 @@ def start_times(
     return ts_ns + offset, ts_ok
 
 
-def durations(dur: Sequence[Any] | np.ndarray, *, stats: BatchStats) -> np.ndarray:
+def durations(dur: Sequence[Any] | np.ndarray | pa.Array, *, stats: BatchStats) -> np.ndarray:
     """dur_ns from JSON µs values (the kept rows only): unusable -> 0, negative -> 0 (counted)."""
     dur_ns, dur_ok = exact_ns(dur, relative=True)
     dur_ns = np.where(dur_ok, dur_ns, 0)

@@ -26,7 +26,9 @@ class RawTrace:
     """A trace split into its top-level keys and its raw `traceEvents`.
 
     `events` is the raw JSON array of an intact file, or the list of raw events kept from a
-    damaged one (`salvaged`).
+    damaged one (`salvaged`). `native` is the (start, end) of the `traceEvents` array when the
+    columnar scanner split the file (`native.split`; `events` is then empty and the array is
+    validated as it is read).
     """
 
     path: Path
@@ -35,6 +37,7 @@ class RawTrace:
     data: bytes
     warnings: list[str] = field(default_factory=list)
     salvaged: bool = False
+    native: tuple[int, int] | None = None
 
 
 def read_bytes(path: Path) -> tuple[bytes, str | None]:
