@@ -183,6 +183,10 @@ def _run(
     # may deadlock a forked child and it warns), spawn instead.
     method = "spawn" if "polars" in sys.modules or sys.platform != "linux" else "fork"
     ctx = multiprocessing.get_context(method)
+    if method == "fork":  # the workers' imports, once here rather than in each worker
+        import tracekit.store.kineto
+        import tracekit.store.manifest_rows
+        import tracekit.store.ranks  # noqa: F401
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [pool.submit(_ingest_one, t) for t in tasks]
         for fut in as_completed(futures):

@@ -87,7 +87,7 @@ def iter_batches(
     trace: RawTrace,
     *,
     stats: BatchStats,
-    batch_events: int = BATCH_EVENTS,
+    batch_events: int | None = None,
     restart: Callable[[], None] | None = None,
 ) -> Iterator[pa.Table]:
     """Yield `events` tables (schema columns, before `conform`) batch by batch.
@@ -100,14 +100,15 @@ def iter_batches(
     (the caller drops them).
     """
     if trace.native is not None:
+        native_batch = batch_events or native.BATCH_EVENTS
         before = dataclasses.replace(stats, devices=dict(stats.devices))
         yielded = False
         try:
             if restart is None:
-                tables = list(native.iter_batches(trace, stats=stats, batch_events=batch_events))
+                tables = list(native.iter_batches(trace, stats=stats, batch_events=native_batch))
                 yield from tables
             else:
-                for table in native.iter_batches(trace, stats=stats, batch_events=batch_events):
+                for table in native.iter_batches(trace, stats=stats, batch_events=native_batch):
                     yielded = True
                     yield table
             return
@@ -118,7 +119,7 @@ def iter_batches(
         _resplit(trace)
         if yielded and restart is not None:
             restart()
-    yield from fallback.iter_batches(trace, stats=stats, batch_events=batch_events)
+    yield from fallback.iter_batches(trace, stats=stats, batch_events=batch_events or BATCH_EVENTS)
 
 
 def _resplit(trace: RawTrace) -> None:

@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 typedef unsigned char uc;
 
@@ -78,18 +81,34 @@ static inline uint64_t special8(uint64_t w) {
     return ((q - ONES) & ~q) | ((b - ONES) & ~b) | (w - ONES * 0x20) | w;
 }
 
+/* The first byte in [s, e) that a string scan must look at ('"', '\\', below 0x20, from 0x80),
+ * or e. SSE2 16 bytes at a time where there is SSE2, else SWAR 8 at a time. */
+static inline const uc *find_special(const uc *s, const uc *e) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    const __m128i ctrl = _mm_set1_epi8(0x1F);
+    while (e - s >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)s);
+        __m128i m = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash));
+        m = _mm_or_si128(m, _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl), v)); /* v <= 0x1F */
+        int mask = _mm_movemask_epi8(m) | _mm_movemask_epi8(v);          /* | v >= 0x80 */
+        if (mask) return s + __builtin_ctz((unsigned)mask);
+        s += 16;
+    }
+#endif
+    while (e - s >= 8 && !(special8(load8(s)) & HIGHS)) s += 8;
+    while (s < e && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\') s++;
+    return s;
+}
+
 static const uc *scan_string(const uc *s, const uc *e, int *escaped) {
     s++;
     *escaped = 0;
-    while (s < e) {
-        while (e - s >= 8 && !(special8(load8(s)) & HIGHS)) s += 8;
-        if (s >= e) break;
+    for (;;) {
+        s = find_special(s, e);
+        if (s >= e) return NULL;
         uc c = *s;
         if (c == '"') return s + 1;
-        if (c >= 0x20 && c < 0x80 && c != '\\') {
-            s++;
-            continue;
-        }
         if (c < 0x20) return NULL;
         if (c == '\\') {
             *escaped = 1;
@@ -113,11 +132,10 @@ static const uc *scan_string(const uc *s, const uc *e, int *escaped) {
             }
             continue;
         }
-        int n = utf8_len(s, e);
+        int n = utf8_len(s, e); /* c >= 0x80 */
         if (!n) return NULL;
         s += n;
     }
-    return NULL;
 }
 
 /* A JSON number. Returns the end or NULL. */
@@ -518,6 +536,22 @@ static const uc *pid_value(const uc *s, const uc *e, Interner *t, uint8_t *kind,
     return end;
 }
 
+/* The index of a typed args key (ints, then strings), or -1. */
+static int arg_key(const uc *key, Py_ssize_t n) {
+    static Py_ssize_t lens[N_INT_ARGS + N_STR_ARGS];
+    if (!lens[0]) {
+        for (int k = 0; k < N_INT_ARGS; k++) lens[k] = (Py_ssize_t)strlen(INT_ARG_KEYS[k]);
+        for (int k = 0; k < N_STR_ARGS; k++)
+            lens[N_INT_ARGS + k] = (Py_ssize_t)strlen(STR_ARG_KEYS[k]);
+    }
+    for (int k = 0; k < N_INT_ARGS + N_STR_ARGS; k++) {
+        if (lens[k] != n) continue;
+        const char *lit = k < N_INT_ARGS ? INT_ARG_KEYS[k] : STR_ARG_KEYS[k - N_INT_ARGS];
+        if (memcmp(key, lit, (size_t)n) == 0) return k;
+    }
+    return -1;
+}
+
 /* The args object of a kept event: the typed fields, the rest validated and skipped. */
 static const uc *parse_args(const uc *s, const uc *e, Batch *b, Py_ssize_t row, int *status) {
     for (int k = 0; k < N_INT_ARGS; k++) b->arg_ok[k][row] = 0, b->arg_i[k][row] = 0;
@@ -536,12 +570,12 @@ static const uc *parse_args(const uc *s, const uc *e, Batch *b, Py_ssize_t row, 
         s = ws(kend, e);
         if (s >= e || *s != ':') return NULL;
         s = ws(s + 1, e);
-        int matched = 0;
-        for (int k = 0; k < N_INT_ARGS && !matched; k++) {
-            if (!key_is(key, klen, INT_ARG_KEYS[k])) continue;
-            matched = 1;
-            if (seen & (1u << k)) return NULL;
+        int k = arg_key(key, klen), matched = k >= 0;
+        if (matched) {
+            if (seen & (1u << k)) return NULL; /* a duplicate key */
             seen |= 1u << k;
+        }
+        if (matched && k < N_INT_ARGS) {
             int kind;
             int64_t v = 0;
             double d;
@@ -550,12 +584,8 @@ static const uc *parse_args(const uc *s, const uc *e, Batch *b, Py_ssize_t row, 
             if (kind == 1 && INT_ARG_IS32[k] && (v < INT32_MIN || v > INT32_MAX)) kind = 0;
             b->arg_ok[k][row] = (uint8_t)kind;
             b->arg_i[k][row] = kind ? v : 0;
-        }
-        for (int k = 0; k < N_STR_ARGS && !matched; k++) {
-            if (!key_is(key, klen, STR_ARG_KEYS[k])) continue;
-            matched = 1;
-            if (seen & (1u << (N_INT_ARGS + k))) return NULL;
-            seen |= 1u << (N_INT_ARGS + k);
+        } else if (matched) {
+            k -= N_INT_ARGS;
             s = string_code(s, e, &b->t_str[k], 1, &b->arg_s[k][row], status);
         }
         if (!matched) s = skip_value(s, e, 2);
@@ -597,6 +627,7 @@ static int event_key(const uc *k, Py_ssize_t n) {
 static const char *GRAPH_PREFIXES[] = {"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"};
 
 static int is_graph_name(const uc *p, Py_ssize_t n) {
+    if (n < 13 || (p[0] != 'c' && p[0] != 'h')) return 0;
     for (int i = 0; i < 3; i++) {
         Py_ssize_t m = (Py_ssize_t)strlen(GRAPH_PREFIXES[i]);
         if (n >= m && memcmp(p, GRAPH_PREFIXES[i], (size_t)m) == 0) return 1;
@@ -924,6 +955,74 @@ static const uc *fast_skip(const uc *s, const uc *e) {
     return NULL;
 }
 
+/* Append (key, start, end) to `out`: 0, or -1 (declined: not UTF-8), or -2 (a Python error). */
+static int append_key(PyObject *out, const uc *base, const uc *key, Py_ssize_t klen, const uc *v,
+                      const uc *vend) {
+    PyObject *k = PyUnicode_DecodeUTF8((const char *)key, klen, "strict");
+    if (!k) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -2;
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *t = Py_BuildValue("(Nnn)", k, (Py_ssize_t)(v - base), (Py_ssize_t)(vend - base));
+    if (!t || PyList_Append(out, t) < 0) {
+        Py_XDECREF(t);
+        return -2;
+    }
+    Py_DECREF(t);
+    return 0;
+}
+
+/* The keys after the events array, when `close` (a ']') ends it: `close` then
+ * (, "key": value)* } and only whitespace to the end, every value validated. Appends the keys
+ * to `out` and returns 0; 1 when this ']' is not the end; -2 on a Python error. */
+static int tail_keys(PyObject *out, const uc *base, const uc *close, const uc *e) {
+    const uc *s = ws(close + 1, e);
+    for (;;) {
+        if (s >= e) return 1;
+        if (*s == '}') return ws(s + 1, e) == e ? 0 : 1;
+        if (*s != ',') return 1;
+        s = ws(s + 1, e);
+        int esc;
+        if (s >= e || *s != '"') return 1;
+        const uc *kend = scan_string(s, e, &esc);
+        if (!kend || esc) return 1;
+        const uc *key = s + 1;
+        Py_ssize_t klen = kend - s - 2;
+        s = ws(kend, e);
+        if (s >= e || *s != ':') return 1;
+        const uc *v = ws(s + 1, e);
+        s = skip_value(v, e, 0);
+        if (!s) return 1;
+        int r = append_key(out, base, key, klen, v, s);
+        if (r) return r == -2 ? -2 : 1;
+        s = ws(s, e);
+    }
+}
+
+/* The events array at `open` ends at the last ']' after which the rest of the file is a valid
+ * tail of the top-level object (usually a few keys): found from the end, so the array itself
+ * is not walked twice (`scan` checks it ends there). Appends the tail keys to `out`; returns
+ * the position after that ']', NULL when no candidate fits (`*err` set on a Python error). */
+static const uc *events_end(PyObject *out, const uc *base, const uc *open, const uc *e, int *err) {
+    const uc *p = e;
+    Py_ssize_t before = PyList_GET_SIZE(out);
+    for (int tries = 0; tries < 64; tries++) {
+        const uc *q = p;
+        while (q > open && *(q - 1) != ']') q--;
+        if (q <= open + 1) return NULL;
+        const uc *close = q - 1;
+        int r = tail_keys(out, base, close, e);
+        if (r == 0) return close + 1;
+        if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0 || r == -2) {
+            *err = 1;
+            return NULL;
+        }
+        p = close;
+    }
+    return NULL;
+}
+
 /* top(data) -> [(key, start, end), ...] for the top-level object's keys, or None (decline).
  * Every value but an array under "traceEvents" is validated; that one is only delimited. */
 static PyObject *kscan_top(PyObject *self, PyObject *args) {
@@ -950,23 +1049,34 @@ static PyObject *kscan_top(PyObject *self, PyObject *args) {
             if (s >= e || *s != ':') goto decline;
             s = ws(s + 1, e);
             const uc *v = s;
-            if (key_is(key, klen, "traceEvents") && s < e && *s == '[')
+            if (key_is(key, klen, "traceEvents") && s < e && *s == '[') {
+                PyObject *tail = PyList_New(0);
+                if (!tail) goto fail;
+                int err = 0;
+                const uc *end = events_end(tail, base, s, e, &err);
+                if (err) {
+                    Py_DECREF(tail);
+                    goto fail;
+                }
+                if (end) { /* the events, then the tail's keys: the whole object is read */
+                    int r = append_key(out, base, key, klen, v, end);
+                    if (!r) r = PyList_SetSlice(out, PyList_GET_SIZE(out), PyList_GET_SIZE(out),
+                                                tail) < 0 ? -2 : 0;
+                    Py_DECREF(tail);
+                    if (r == -2) goto fail;
+                    if (r) goto decline;
+                    PyBuffer_Release(&buf);
+                    return out;
+                }
+                Py_DECREF(tail);
                 s = fast_skip(s, e);
-            else
+            } else {
                 s = skip_value(s, e, 0);
+            }
             if (!s) goto decline;
-            PyObject *k = PyUnicode_DecodeUTF8((const char *)key, klen, "strict");
-            if (!k) {
-                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
-                PyErr_Clear();
-                goto decline;
-            }
-            PyObject *t = Py_BuildValue("(Nnn)", k, (Py_ssize_t)(v - base), (Py_ssize_t)(s - base));
-            if (!t || PyList_Append(out, t) < 0) {
-                Py_XDECREF(t);
-                goto fail;
-            }
-            Py_DECREF(t);
+            int r = append_key(out, base, key, klen, v, s);
+            if (r == -2) goto fail;
+            if (r) goto decline;
             s = ws(s, e);
             if (s >= e) goto decline;
             if (*s == ',') {
@@ -993,7 +1103,27 @@ fail:
     return NULL;
 }
 
+/* has(data, needle) -> whether needle occurs in data (memchr on its first byte). */
+static PyObject *kscan_has(PyObject *self, PyObject *args) {
+    Py_buffer buf, nd;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*", &buf, &nd)) return NULL;
+    const uc *p = buf.buf, *e = p + buf.len, *n = nd.buf;
+    Py_ssize_t m = nd.len;
+    int found = m == 0;
+    while (!found && e - p >= m) {
+        const uc *q = memchr(p, n[0], (size_t)(e - p - m + 1));
+        if (!q) break;
+        if (memcmp(q, n, (size_t)m) == 0) found = 1;
+        p = q + 1;
+    }
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&nd);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
+    {"has", kscan_has, METH_VARARGS, "Whether needle occurs in data."},
     {"top", kscan_top, METH_VARARGS, "Top-level keys and value spans, or None."},
     {"scan", kscan_scan, METH_VARARGS, "Columns of the next batch of Kineto events, or None."},
     {"skip", kscan_skip, METH_VARARGS, "End of the JSON value at pos (validated), or -1."},

@@ -250,9 +250,7 @@ def assemble(c: Columns, *, graph_corrs: set[int], stats: BatchStats) -> pa.Tabl
                     stats.devices.get(item["values"], 0) + item["counts"]
                 )
     covered = np.isin(cat_codes, [i for i, v in enumerate(cat_dict) if v in ARGS_COVERED_CATS])
-    args_json = pc.if_else(
-        pa.array(c.has_args & ~covered), c.args_all, pa.nulls(n, c.args_all.type)
-    )
+    args_json = _masked_text(c.args_all, c.has_args & ~covered)
     values: list[float | None] = [None] * n
     c_codes = [i for i, p in enumerate(ph_dict) if p == "C"]
     if c_codes:
@@ -288,6 +286,16 @@ def assemble(c: Columns, *, graph_corrs: set[int], stats: BatchStats) -> pa.Tabl
         "args": args_json,
     }
     return pa.table(columns)
+
+
+def _masked_text(text: pa.Array, keep: np.ndarray) -> pa.Array:
+    """`text` with the rows not in `keep` null: the same buffers under a validity bitmap where
+    `text` has no nulls and no offset (no copy of the text), else `if_else`."""
+    if text.null_count == 0 and text.offset == 0:
+        validity = pa.py_buffer(np.packbits(keep, bitorder="little"))
+        buffers = text.buffers()
+        return type(text).from_buffers(len(text), buffers[1], buffers[2], validity)
+    return pc.if_else(pa.array(keep), text, pa.nulls(len(text), text.type))
 
 
 def _counter_value(raw: str | bytes) -> float | None:

@@ -36,6 +36,11 @@ except ImportError:  # not built (no compiler at install): the msgspec reader al
     _kscan = None
 
 
+# Events of the file a batch (a Parquet row group of the kept ones): the batch's columns, Arrow
+# arrays and Parquet pages are the worker's memory beside the file's bytes.
+BATCH_EVENTS = 32_768
+
+
 class Declined(Exception):
     """The scanner left this file to the msgspec reader."""
 
@@ -99,7 +104,7 @@ def iter_batches(trace: RawTrace, *, stats: BatchStats, batch_events: int) -> It
     base = base_time_ns(trace)
     offset = base if base is not None else 0
     graph: set[int] = set()
-    if b"GraphLaunch" in data:
+    if _kscan.has(data, b"GraphLaunch"):
         res = _kscan.scan(data, start + 1, end, 1 << 62, True)
         if res is None:
             raise Declined
@@ -133,16 +138,17 @@ def _numbers(kind: bytes, ints: bytes, floats: bytes) -> Any:
     return pa.nulls(len(k))
 
 
-def _dict(codes: np.ndarray, values: list[str]) -> pa.DictionaryArray:
-    """Codes (-1 = null) into `values`, renumbered in first-seen order (as `dictionary_encode`)."""
+def _dict(codes: np.ndarray, values: list[str], *, dropped: bool) -> pa.DictionaryArray:
+    """Codes (-1 = null) into `values`, in first-seen order (as `dictionary_encode`): the
+    scanner's order, renumbered when rows were `dropped`."""
     valid = codes >= 0
-    present = codes[valid]
+    present = codes[valid] if dropped else codes[:0]
     if len(present):
         uniq, first = np.unique(present, return_index=True)
         order = uniq[np.argsort(first)]
     else:
         order = np.zeros(0, dtype=np.int32)
-    if len(order) != len(values) or (order != np.arange(len(order))).any():
+    if dropped and (len(order) != len(values) or (order != np.arange(len(order))).any()):
         remap = np.full(len(values), -1, dtype=np.int32)
         remap[order] = np.arange(len(order), dtype=np.int32)
         codes = np.where(valid, remap[np.where(valid, codes, 0)], -1).astype(np.int32)
@@ -204,9 +210,9 @@ def _convert(
     def codes(name: str) -> np.ndarray:
         return rows(np.frombuffer(cols[name], dtype=np.int32))
 
-    ph = _dict(codes("ph"), cols["ph_values"])
-    cat = _dict(codes("cat"), cols["cat_values"])
-    name = _dict(codes("name"), cols["name_values"])
+    ph = _dict(codes("ph"), cols["ph_values"], dropped=keep is not None)
+    cat = _dict(codes("cat"), cols["cat_values"], dropped=keep is not None)
+    name = _dict(codes("name"), cols["name_values"], dropped=keep is not None)
     pid = _ids(cols["pid_kind"], cols["pid"], cols["pid_values"], keep)
     tid = _ids(cols["tid_kind"], cols["tid"], cols["tid_values"], keep)
     args: dict[str, pa.Array] = {}
