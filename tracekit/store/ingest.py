@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import IngestError, InputError, RankError, TracekitError
+from tracekit.store.kineto.raw import ReadBuffer
 from tracekit.store.layout import RunLayout
 from tracekit.store.ranks import RankSource
 from tracekit.store.schema import EVENTS_DICT_COLUMNS, TABLES
@@ -170,8 +171,9 @@ def _run(
     workers = min(jobs or os.cpu_count() or 1, total)
     outcomes: list[_Outcome] = []
     if workers <= 1:
+        buffer = ReadBuffer()
         for task in tasks:
-            outcomes.append(_ingest_one(task))
+            outcomes.append(_ingest_one(task, buffer))
             if progress:
                 progress(len(outcomes), total)
         return outcomes
@@ -187,7 +189,9 @@ def _run(
         import tracekit.store.kineto
         import tracekit.store.manifest_rows
         import tracekit.store.ranks  # noqa: F401
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_start_worker
+    ) as pool:
         futures = [pool.submit(_ingest_one, t) for t in tasks]
         for fut in as_completed(futures):
             outcomes.append(fut.result())
@@ -236,7 +240,16 @@ def _place(src: Path, dst: Path) -> None:
     os.replace(src, dst)
 
 
-def _ingest_one(task: _Task) -> _Outcome:
+_WORKER_BUFFER: ReadBuffer | None = None
+
+
+def _start_worker() -> None:
+    """Pool worker start: one read buffer for the files this worker reads in turn."""
+    global _WORKER_BUFFER
+    _WORKER_BUFFER = ReadBuffer()
+
+
+def _ingest_one(task: _Task, buffer: ReadBuffer | None = None) -> _Outcome:
     """Worker: parse one file, write its events and manifests into the staging directory."""
     from tracekit.store.kineto import (
         BatchStats,
@@ -265,7 +278,7 @@ def _ingest_one(task: _Task) -> _Outcome:
         writer = open_writer()
 
     try:
-        trace = load(task.path)
+        trace = load(task.path, buffer or _WORKER_BUFFER)
         writer = open_writer()
         stats = BatchStats()
         for batch in iter_batches(trace, stats=stats, restart=restart):

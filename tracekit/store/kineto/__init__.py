@@ -43,6 +43,7 @@ from tracekit.store.kineto.fallback import (
 )
 from tracekit.store.kineto.raw import (
     RawTrace,
+    ReadBuffer,
     base_time_ns,
     meta_value,
     read_bytes,
@@ -61,6 +62,7 @@ __all__ = [
     "LooseArgs",
     "LooseEvent",
     "RawTrace",
+    "ReadBuffer",
     "base_time_ns",
     "decode_events",
     "exact_ns",
@@ -74,9 +76,16 @@ __all__ = [
 ]
 
 
-def load(path: Path) -> RawTrace:
+def load(path: Path, buffer: ReadBuffer | None = None) -> RawTrace:
     """Read and split one trace file (raises TraceFormatError for unusable input): by the
-    columnar scanner where it takes the file, else by msgspec (`raw.load`)."""
+    columnar scanner where it takes the file, else by msgspec (`raw.load`). With `buffer`, a
+    plain file is read into it (the trace is valid until its next read)."""
+    if buffer is not None:
+        view = buffer.read(path)
+        if view is not None and view[:2] != b"\x1f\x8b":
+            if (trace := native.split(path, view)) is not None:
+                return trace
+            return split_trace(path, bytes(view))
     data, gz_warning = read_bytes(path)
     if gz_warning is None and (trace := native.split(path, data)) is not None:
         return trace
@@ -124,7 +133,9 @@ def iter_batches(
 
 def _resplit(trace: RawTrace) -> None:
     """Split a trace the scanner declined again by msgspec, in place."""
-    again = split_trace(trace.path, trace.data)
+    data = trace.data if isinstance(trace.data, bytes) else bytes(trace.data)
+    again = split_trace(trace.path, data)
+    trace.data = data
     trace.meta, trace.events = again.meta, again.events
     trace.warnings[:] = again.warnings
     trace.salvaged, trace.native = again.salvaged, None

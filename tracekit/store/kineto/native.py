@@ -49,7 +49,7 @@ def enabled() -> bool:
     return _kscan is not None and os.environ.get("TRACEKIT_KINETO_NATIVE", "1") != "0"
 
 
-def split(path: Path, data: bytes) -> RawTrace | None:
+def split(path: Path, data: bytes | memoryview) -> RawTrace | None:
     """The trace's top-level keys (validated) and the span of its `traceEvents` array (checked
     as it is read), or None where `raw.split_trace` must decide (odd or damaged input)."""
     if not enabled() or _kscan is None:
@@ -65,7 +65,7 @@ def split(path: Path, data: bytes) -> RawTrace | None:
         if key == "traceEvents":
             events = (start, end)
         else:
-            meta[key] = msgspec.Raw(data[start:end])
+            meta[key] = msgspec.Raw(bytes(data[start:end]))
     if events is None or data[events[0] : events[0] + 1] != b"[":
         return None
     return RawTrace(path, meta, msgspec.Raw(), data, native=events)
@@ -78,7 +78,7 @@ class _MiniArgs(msgspec.Struct, gc=False):
 _DEC_MINIARGS = msgspec.json.Decoder(_MiniArgs)
 
 
-def _graph_correlations(data: bytes, spans: list[tuple[int, int]]) -> set[int]:
+def _graph_correlations(data: bytes | memoryview, spans: list[tuple[int, int]]) -> set[int]:
     """As `fallback.graph_launch_correlations`, from the args spans of the graph launches."""
     out: set[int] = set()
     view = memoryview(data)
