@@ -9,6 +9,7 @@ Bad files are reported (one line each) after the good ones are written.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
@@ -189,6 +190,10 @@ def _run(
         import tracekit.store.kineto
         import tracekit.store.manifest_rows
         import tracekit.store.ranks  # noqa: F401
+
+        # Out of the collector's sight, so a worker's collections do not touch (and copy) every
+        # object inherited from here.
+        gc.freeze()
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=_start_worker
     ) as pool:
@@ -197,6 +202,8 @@ def _run(
             outcomes.append(fut.result())
             if progress:
                 progress(len(outcomes), total)
+    if method == "fork":
+        gc.unfreeze()
     outcomes.sort(key=lambda o: o.index)
     return outcomes
 

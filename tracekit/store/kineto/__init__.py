@@ -82,7 +82,7 @@ def load(path: Path, buffer: ReadBuffer | None = None) -> RawTrace:
     plain file is read into it (the trace is valid until its next read)."""
     if buffer is not None:
         view = buffer.read(path)
-        if view is not None and view[:2] != b"\x1f\x8b":
+        if view is not None and view[:2].tobytes() != b"\x1f\x8b":
             if (trace := native.split(path, view)) is not None:
                 return trace
             return split_trace(path, bytes(view))

@@ -116,7 +116,9 @@ def iter_batches(trace: RawTrace, *, stats: BatchStats, batch_events: int) -> It
             raise Declined
         pos, done, _, cols, _ = res
         if cols["n"]:
-            table = _convert(cols, offset=offset, relative=base is not None, graph=graph, stats=stats)
+            table = _convert(
+                cols, offset=offset, relative=base is not None, graph=graph, stats=stats
+            )
             if table.num_rows:
                 yield table
         if done:
