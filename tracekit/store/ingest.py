@@ -169,7 +169,7 @@ def _run(
         if progress:
             progress(total, total)
         return done
-    workers = min(jobs or os.cpu_count() or 1, total)
+    workers = min(jobs or _cores(), total)
     outcomes: list[_Outcome] = []
     if workers <= 1:
         buffer = ReadBuffer()
@@ -206,6 +206,13 @@ def _run(
         gc.unfreeze()
     outcomes.sort(key=lambda o: o.index)
     return outcomes
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity: a container's share, not the host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def _commit(
@@ -284,6 +291,8 @@ def _ingest_one(task: _Task, buffer: ReadBuffer | None = None) -> _Outcome:
             writer.close()
         writer = open_writer()
 
+    collecting = gc.isenabled()
+    gc.disable()  # a file's parse makes few cycles; collections would only walk its objects
     try:
         trace = load(task.path, buffer or _WORKER_BUFFER)
         writer = open_writer()
@@ -325,4 +334,6 @@ def _ingest_one(task: _Task, buffer: ReadBuffer | None = None) -> _Outcome:
     finally:
         if writer is not None:
             writer.close()
+        if collecting:
+            gc.enable()
     return out
