@@ -369,7 +369,10 @@ static int32_t intern(Interner *t, const uc *p, Py_ssize_t n) {
             return c;
         i = (i + 1) & (t->cap - 1);
     }
-    if (t->n >= INT32_MAX - 1) return -2;
+    if (t->n >= INT32_MAX - 1) {
+        PyErr_NoMemory();
+        return -2;
+    }
     PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
     if (!s) return -2;
     int r = PyList_Append(t->list, s);
@@ -380,7 +383,10 @@ static int32_t intern(Interner *t, const uc *p, Py_ssize_t n) {
     t->hashes[c] = h;
     t->ptrs[c] = p;
     t->lens[c] = n;
-    if (t->n * 2 > t->cap && interner_grow(t) < 0) return -2;
+    if (t->n * 2 > t->cap && interner_grow(t) < 0) {
+        PyErr_NoMemory();
+        return -2;
+    }
     return c;
 }
 
@@ -675,6 +681,7 @@ static const uc *parse_event(const uc *base, const uc *s, const uc *e, Batch *b,
             if (s >= e || *s != ':') return NULL;
             s = ws(s + 1, e);
             const uc *v = s;
+            if (s >= e) return NULL;
             if (k != K_OTHER && span[k]) return NULL; /* a duplicate key */
             switch (k) {
             case K_PH:
