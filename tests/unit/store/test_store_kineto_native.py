@@ -185,6 +185,10 @@ def test_declined_inputs_read_as_the_msgspec_reader_reads_them(tmp_path: Path, c
         '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1}], "traceEvents": []}',  # duplicate
         '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "ts": 2}]}',  # duplicate event key
         '{"traceEvents": [1, {"ph": "X", "name": "a", "ts": 1}]}',  # not an object
+        '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1} {"ph": "X", "ts": 2}]}',  # no comma
+        '{"traceEvents": [{"ph": "X" "name": "a", "ts": 1}]}',  # no comma in an event
+        '{"traceEvents": [{"ph": "X", "args": {"a": 1 "b": 2}, "ts": 1}]}',  # nor in its args
+        '{"traceEvents": [{"ph": "C", "name": "c", "ts": 1}]}',  # a counter without args
         '{"traceEvents": [{"ph": "X", "name": "a\\u00e9\\n", "ts": 1}]} x',  # trailing data
         '{"a": {"b": ]}, "traceEvents": []}',
         '{"traceEvents": [{"ph": "X", "name": "\xff", "ts": 1}]}',  # not UTF-8 (latin-1 below)

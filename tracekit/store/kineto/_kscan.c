@@ -122,7 +122,9 @@ static PyObject *kscan_scan(PyObject *self, PyObject *args) {
             s++;
             break;
         }
-        break;
+        result = Py_None; /* neither ',' nor ']' after an element: not JSON */
+        Py_INCREF(result);
+        goto done;
     }
     if (!finished && (s >= e || *s != '{')) { /* neither another element nor the end */
         result = Py_None;

@@ -257,7 +257,7 @@ def assemble(c: Columns, *, graph_corrs: set[int], stats: BatchStats) -> pa.Tabl
         rows = np.flatnonzero(np.isin(ph_codes, c_codes) & c.has_args).tolist()
         # as bytes: the args text is sliced from the file unchecked, and invalid UTF-8 in it
         # is msgspec's to refuse (no value), not a UnicodeDecodeError (found by atheris)
-        raw = c.args_all.take(rows)
+        raw = c.args_all.take(pa.array(rows, type=pa.int64()))  # typed: [] is no null array
         raw = raw.cast(pa.large_binary() if pa.types.is_large_string(raw.type) else pa.binary())
         for i, text in zip(rows, raw.to_pylist()):
             values[i] = _counter_value(text)

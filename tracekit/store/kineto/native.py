@@ -229,8 +229,12 @@ def _convert(
     for j, key in enumerate(_STR_ARGS):
         c = rows(np.frombuffer(str_args[2 * j], dtype=np.int32))
         valid = c >= 0
+        if not valid.any():
+            args[key] = pa.nulls(len(c), pa.string())
+            continue
         dictionary = pa.array(str_args[2 * j + 1], type=pa.string())
-        args[key] = dictionary.take(pa.array(np.where(valid, c, 0), mask=~valid))
+        indices = pa.array(np.where(valid, c, 0), mask=~valid, type=pa.int32())
+        args[key] = dictionary.take(indices)
     offsets = np.frombuffer(cols["offsets"], dtype=np.int64)
     if offsets[n] < 2**31:
         args_all: pa.Array = pa.StringArray.from_buffers(
