@@ -22,13 +22,16 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# The collectors' native hot path (setup.py's optional C extension), rebuilt in place when its
-# sources change; `make test` runs the suite with it, then the collectors' tests on the Python
-# fallback (TRACEKIT_NATIVE=0), which must record the same.
-NATIVE_SRC := $(wildcard collectors/recording/_native*.c collectors/recording/_native.h)
+# The optional C extensions (setup.py): the collectors' hot path and ingest's Kineto scanner,
+# rebuilt in place when their sources change and checked to load (an optional extension that
+# fails to build installs silently); `make test` runs the suite with them, then the collectors'
+# tests on the Python fallback (TRACEKIT_NATIVE=0), which must record the same.
+NATIVE_SRC := $(wildcard collectors/recording/_native*.c collectors/recording/_native.h \
+	tracekit/store/kineto/_kscan*.c tracekit/store/kineto/_kscan*.h)
 $(VENV)/.native: $(VENV)/.installed setup.py $(NATIVE_SRC)
-	rm -f collectors/recording/_native*.so  # the extension is optional: never test a stale one
+	rm -f collectors/recording/_native*.so tracekit/store/kineto/_kscan*.so  # never a stale one
 	$(PIP) install -q --no-deps -e .
+	$(PY) -c "import tracekit.collectors.recording._native, tracekit.store.kineto._kscan"
 	touch $@
 
 native: $(VENV)/.native

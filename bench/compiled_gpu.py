@@ -118,7 +118,7 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cuda")
     p.add_argument("--pairs", type=int, default=1)

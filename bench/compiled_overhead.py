@@ -59,7 +59,7 @@ def _model(hidden: int, layers: int) -> Any:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--blocks", type=int, default=40, help="blocks of each kind")
     p.add_argument("--block", type=int, default=200, help="calls a block")
     p.add_argument("--hidden", type=int, default=512)

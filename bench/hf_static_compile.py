@@ -63,7 +63,7 @@ BIG = {  # --size large: Llama-shaped, a few ms a decode step on an H200
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--device", default="cpu")
     p.add_argument("--backend", default="inductor", help="torch.compile backend")
     p.add_argument("--mode", default=None, help="torch.compile mode (CUDA: reduce-overhead)")

@@ -9,6 +9,7 @@ Bad files are reported (one line each) after the good ones are written.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import IngestError, InputError, RankError, TracekitError
+from tracekit.store.kineto.raw import ReadBuffer
 from tracekit.store.layout import RunLayout
 from tracekit.store.ranks import RankSource
 from tracekit.store.schema import EVENTS_DICT_COLUMNS, TABLES
@@ -167,11 +169,12 @@ def _run(
         if progress:
             progress(total, total)
         return done
-    workers = min(jobs or os.cpu_count() or 1, total)
+    workers = min(jobs or _cores(), total)
     outcomes: list[_Outcome] = []
     if workers <= 1:
+        buffer = ReadBuffer()
         for task in tasks:
-            outcomes.append(_ingest_one(task))
+            outcomes.append(_ingest_one(task, buffer))
             if progress:
                 progress(len(outcomes), total)
         return outcomes
@@ -183,14 +186,33 @@ def _run(
     # may deadlock a forked child and it warns), spawn instead.
     method = "spawn" if "polars" in sys.modules or sys.platform != "linux" else "fork"
     ctx = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    if method == "fork":  # the workers' imports, once here rather than in each worker
+        import tracekit.store.kineto
+        import tracekit.store.manifest_rows
+        import tracekit.store.ranks  # noqa: F401
+
+        # Out of the collector's sight, so a worker's collections do not touch (and copy) every
+        # object inherited from here.
+        gc.freeze()
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_start_worker
+    ) as pool:
         futures = [pool.submit(_ingest_one, t) for t in tasks]
         for fut in as_completed(futures):
             outcomes.append(fut.result())
             if progress:
                 progress(len(outcomes), total)
+    if method == "fork":
+        gc.unfreeze()
     outcomes.sort(key=lambda o: o.index)
     return outcomes
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity: a container's share, not the host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def _commit(
@@ -232,7 +254,16 @@ def _place(src: Path, dst: Path) -> None:
     os.replace(src, dst)
 
 
-def _ingest_one(task: _Task) -> _Outcome:
+_WORKER_BUFFER: ReadBuffer | None = None
+
+
+def _start_worker() -> None:
+    """Pool worker start: one read buffer for the files this worker reads in turn."""
+    global _WORKER_BUFFER
+    _WORKER_BUFFER = ReadBuffer()
+
+
+def _ingest_one(task: _Task, buffer: ReadBuffer | None = None) -> _Outcome:
     """Worker: parse one file, write its events and manifests into the staging directory."""
     from tracekit.store.kineto import (
         BatchStats,
@@ -245,23 +276,36 @@ def _ingest_one(task: _Task) -> _Outcome:
 
     out = _Outcome(task.index, task.path)
     events_file = task.staging / f"{task.index}.events.parquet"
+    schema = with_metadata(TABLES["events"])
     writer: pq.ParquetWriter | None = None
+
+    def open_writer() -> pq.ParquetWriter:
+        # Dictionary-encode only the repetitive columns; hashing every `args` text is wasted.
+        return pq.ParquetWriter(
+            events_file, schema, compression="zstd", use_dictionary=list(EVENTS_DICT_COLUMNS)
+        )
+
+    def restart() -> None:  # the columnar reader declined after some batches: start over
+        nonlocal writer
+        if writer is not None:
+            writer.close()
+        writer = open_writer()
+
+    collecting = gc.isenabled()
+    gc.disable()  # a file's parse makes few cycles; collections would only walk its objects
     try:
-        trace = load(task.path)
+        trace = load(task.path, buffer or _WORKER_BUFFER)
+        writer = open_writer()
+        stats = BatchStats()
+        for batch in iter_batches(trace, stats=stats, restart=restart):
+            writer.write_table(conform("events", batch).replace_schema_metadata(schema.metadata))
+        writer.close()
+        writer = None
+        # after the events: a file the columnar reader declined may have been salvaged since
         out.warnings.extend(trace.warnings)
         out.salvaged = trace.salvaged
         rank, source = detect_rank(task.path, meta_value(trace, "distributedInfo"), task.override)
         out.rank, out.rank_source = rank, source
-        schema = with_metadata(TABLES["events"])
-        # Dictionary-encode only the repetitive columns; hashing every `args` text is wasted.
-        writer = pq.ParquetWriter(
-            events_file, schema, compression="zstd", use_dictionary=list(EVENTS_DICT_COLUMNS)
-        )
-        stats = BatchStats()
-        for batch in iter_batches(trace, stats=stats):
-            writer.write_table(conform("events", batch).replace_schema_metadata(schema.metadata))
-        writer.close()
-        writer = None
         out.events = stats.events
         if stats.negative_dur:
             out.warnings.append(
@@ -290,4 +334,6 @@ def _ingest_one(task: _Task) -> _Outcome:
     finally:
         if writer is not None:
             writer.close()
+        if collecting:
+            gc.enable()
     return out

@@ -42,7 +42,7 @@ _MAX_US = 9.0e15  # |µs| beyond this overflows int64 nanoseconds
 
 
 def exact_ns(
-    values: Sequence[Any] | np.ndarray, *, relative: bool
+    values: Sequence[Any] | np.ndarray | pa.Array, *, relative: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond JSON numbers -> exact int64 ns. Returns (ns, valid mask).
 
@@ -55,7 +55,7 @@ def exact_ns(
     """
     n = len(values)
     try:
-        arr = pa.array(values)
+        arr = values if isinstance(values, pa.Array) else pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints past int64
         arr = pa.array([_as_float(v) for v in values], type=pa.float64())
     if pa.types.is_null(arr.type):
@@ -177,7 +177,7 @@ def _dict_array_py(values: Sequence[Any]) -> pa.DictionaryArray:
 
 
 def start_times(
-    ts: Sequence[Any] | np.ndarray, *, offset: int, relative: bool, stats: BatchStats
+    ts: Sequence[Any] | np.ndarray | pa.Array, *, offset: int, relative: bool, stats: BatchStats
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start_ns, usable mask) from JSON µs values; rows without a usable ts are counted."""
     ts_ns, ts_ok = exact_ns(ts, relative=relative)
@@ -188,7 +188,7 @@ def start_times(
     return ts_ns + offset, ts_ok
 
 
-def durations(dur: Sequence[Any] | np.ndarray, *, stats: BatchStats) -> np.ndarray:
+def durations(dur: Sequence[Any] | np.ndarray | pa.Array, *, stats: BatchStats) -> np.ndarray:
     """dur_ns from JSON µs values (the kept rows only): unusable -> 0, negative -> 0 (counted)."""
     dur_ns, dur_ok = exact_ns(dur, relative=True)
     dur_ns = np.where(dur_ok, dur_ns, 0)
@@ -250,16 +250,14 @@ def assemble(c: Columns, *, graph_corrs: set[int], stats: BatchStats) -> pa.Tabl
                     stats.devices.get(item["values"], 0) + item["counts"]
                 )
     covered = np.isin(cat_codes, [i for i, v in enumerate(cat_dict) if v in ARGS_COVERED_CATS])
-    args_json = pc.if_else(
-        pa.array(c.has_args & ~covered), c.args_all, pa.nulls(n, c.args_all.type)
-    )
+    args_json = _masked_text(c.args_all, c.has_args & ~covered)
     values: list[float | None] = [None] * n
     c_codes = [i for i, p in enumerate(ph_dict) if p == "C"]
     if c_codes:
         rows = np.flatnonzero(np.isin(ph_codes, c_codes) & c.has_args).tolist()
         # as bytes: the args text is sliced from the file unchecked, and invalid UTF-8 in it
         # is msgspec's to refuse (no value), not a UnicodeDecodeError (found by atheris)
-        raw = c.args_all.take(rows)
+        raw = c.args_all.take(pa.array(rows, type=pa.int64()))  # typed: [] is no null array
         raw = raw.cast(pa.large_binary() if pa.types.is_large_string(raw.type) else pa.binary())
         for i, text in zip(rows, raw.to_pylist()):
             values[i] = _counter_value(text)
@@ -288,6 +286,16 @@ def assemble(c: Columns, *, graph_corrs: set[int], stats: BatchStats) -> pa.Tabl
         "args": args_json,
     }
     return pa.table(columns)
+
+
+def _masked_text(text: pa.Array, keep: np.ndarray) -> pa.Array:
+    """`text` with the rows not in `keep` null: the same buffers under a validity bitmap where
+    `text` has no nulls and no offset (no copy of the text), else `if_else`."""
+    if text.null_count == 0 and text.offset == 0:
+        validity = pa.py_buffer(np.packbits(keep, bitorder="little"))
+        buffers = text.buffers()
+        return type(text).from_buffers(len(text), buffers[1], buffers[2], validity)
+    return pc.if_else(pa.array(keep), text, pa.nulls(len(text), text.type))
 
 
 def _counter_value(raw: str | bytes) -> float | None:

@@ -131,8 +131,10 @@ def graph_launch_correlations(events: list[Any]) -> set[int]:
 
 def decode_events(trace: RawTrace) -> list[Any]:
     """All events as structs (typed fast path; any JSON types on the slow path)."""
-    if isinstance(trace.events, list):
-        blob: Any = b"[" + b",".join(trace.events) + b"]"
+    if trace.native is not None:  # split by the columnar scanner: the array's span
+        blob: Any = memoryview(trace.data)[trace.native[0] : trace.native[1]]
+    elif isinstance(trace.events, list):
+        blob = b"[" + b",".join(trace.events) + b"]"
     else:
         blob = trace.events
     try:
