@@ -80,7 +80,7 @@ def compile_flag_owner(tc: Any) -> Any:
 
 def capture_check(torch: Any) -> Callable[[], bool]:
     """`torch.cuda.is_current_stream_capturing`, or the builtin it returns (one call less)."""
-    fast = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+    fast = getattr(getattr(torch, "_C", None), "_cuda_isCurrentStreamCapturing", None)
     return fast if fast is not None else torch.cuda.is_current_stream_capturing  # type: ignore[no-any-return]
 
 

@@ -38,15 +38,18 @@ def run_dir_argument(
     """The RUN_DIR argument (or RUN_A, ...; with `many`, one or more), each checked by
     `check_run_dir`."""
 
-    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-        if many:
-            return tuple(check_run_dir(v, needs=needs) for v in value)
+    def one(value: Any) -> Path:
         path = check_run_dir(value, needs=needs)
         if needs == "dir":  # an analysis command: its store must read (one line if not)
             from tracekit.store.reader import check_store
 
             check_store(path)
         return path
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if many:
+            return tuple(one(v) for v in value)
+        return one(value)
 
     if many:
         return click.argument(

@@ -87,7 +87,8 @@ def render(result: dict[str, Any]) -> None:
     default=None,
     metavar="PCT",
     help="Exit 3 when a phase's steady-state median is slower in RUN by more than PCT percent "
-    "and by more than the noise (one line a phase on stderr): a CI or cron gate. Give "
+    "beyond the noise (the whole 95% interval of the change above PCT percent; one line a "
+    "phase on stderr): a CI or cron gate. Give "
     "several baselines so that the noise is the run-to-run spread.",
 )
 def command(
