@@ -158,10 +158,11 @@ def test_compiled_forms_recorded_and_compiled_alike_eager(
 
 
 @pytest.mark.slow
-def test_compiled_module_recorded_and_compiled_alike_inductor(
-    tmp_path: Path, clean_dynamo: None
+@pytest.mark.parametrize("form", ["module", "method", "function"])
+def test_compiled_forms_recorded_and_compiled_alike_inductor(
+    form: str, tmp_path: Path, clean_dynamo: None
 ) -> None:
-    _same_program("module", "inductor", tmp_path)
+    _same_program(form, "inductor", tmp_path)
 
 
 def test_allreduce_inside_a_compiled_forward_is_inner_and_said_once(
