@@ -33,14 +33,14 @@ def check_overwrite(output: Path | None, *, force: bool) -> None:
 
 
 def run_dir_argument(
-    name: str = "run_dir", *, needs: Needs = "dir", many: bool = False
+    name: str = "run_dir", *, needs: Needs = "dir", many: bool = False, store: bool = True
 ) -> Callable[[F], F]:
     """The RUN_DIR argument (or RUN_A, ...; with `many`, one or more), each checked by
-    `check_run_dir`."""
+    `check_run_dir`; with `store` (an analysis command), its store must read too."""
 
     def one(value: Any) -> Path:
         path = check_run_dir(value, needs=needs)
-        if needs == "dir":  # an analysis command: its store must read (one line if not)
+        if store and needs == "dir":  # an analysis command: its store must read (one line if not)
             from tracekit.store.reader import check_store
 
             check_store(path)

@@ -17,7 +17,7 @@ from tracekit.cli._options import (
 
 
 @click.command(name="merge")
-@run_dir_argument("paths", many=True)
+@run_dir_argument("paths", many=True, store=False)
 @output_option(
     dest="out",
     kind="dir",
