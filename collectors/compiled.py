@@ -140,6 +140,12 @@ class Boundary:
         self.site: Site | None = None
         self.args_self = args_self  # the bound `self` a method's accept rule counts, or None
 
+    def exit_args(self, site: Site, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The arguments `exit` hands `site`'s accept rule: a bound method's `self` first."""
+        if self.args_self is not None and site.needs_args:
+            return (self.args_self, *args)
+        return args
+
 
 def _name(fn: Any) -> str:
     """`module:Qual.name` of a compiled callable; a module's call is `Class.__call__`."""
@@ -245,17 +251,12 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
     marker: list[Any] = [b, None, False]  # this thread's current call, once `b.site` is known
     from tracekit.collectors.recording.state import now_ns
 
-    own = -1  # 1: the site's accept rule reads arguments and `self` goes first
-
     def call(*args: Any, **kwargs: Any) -> Any:
-        nonlocal own
         site = b.site
         if site is None:  # also while recording is off: a compile now must find its caller
             return _discovering(compiled, b, rec, now_ns, args, kwargs)
         if not rec.active:
             return compiled(*args, **kwargs)
-        if own < 0:
-            own = int(b.args_self is not None and site.needs_args)
         prev = getattr(_tls, "call", None)
         fr = enter(site)
         _tls.call = marker
@@ -267,7 +268,7 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
         finally:
             _tls.call = prev
             if fr is not None:
-                leave(fr, ok, result, (b.args_self, *args) if own else args, kwargs)
+                leave(fr, ok, result, b.exit_args(site, args), kwargs)
         return result
 
     return call
@@ -300,8 +301,7 @@ def _discovering(
         if me[2] and site is not None and rec.active:
             fr = _late_frame(rec, site, start, rep0)
             if fr is not None:
-                own = b.args_self is not None and site.needs_args
-                rec.exit(fr, ok, result, (b.args_self, *args) if own else args, kwargs)
+                rec.exit(fr, ok, result, b.exit_args(site, args), kwargs)
     return result
 
 

@@ -138,9 +138,8 @@ class RecorderState:
         self._nvtx: Any = None
         self._nvtx_ready = False
         self._is_compiling: Callable[[], bool] | None = None
-        # what the torch probe finds besides: Dynamo's own check (the native wrapper's first
-        # statement), the owner of the compile flag (read by the native path), the capture check
-        self._dynamo: Callable[[], bool] | None = None
+        # what the torch probe finds besides: the owner of the compile flag (read by the native
+        # path), the capture check (the wrappers' Dynamo check is collectors/compiled.py's gate)
         self._compiler: Any = None
         self._capturing: Callable[[], bool] | None = None
         self._cuda: Any = None
@@ -218,7 +217,6 @@ class RecorderState:
             return
         try:
             tc = torch.compiler
-            self._dynamo = getattr(tc, "is_dynamo_compiling", None) or tc.is_compiling
             self._compiler = compile_flag_owner(tc)
             self._capturing = capture_check(torch)
             self._cuda = torch.cuda
