@@ -92,7 +92,7 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
     prog = [sys.executable, str(HF), "--device", args.device]
     if args.device.startswith("cuda"):
         prog += ["--backend", "inductor", "--mode", "reduce-overhead", "--size", "large"]
-        prog += ["--layers", "4", "--new-tokens", "48", "--rounds", "13"]
+        prog += ["--layers", "4", "--new-tokens", "48", "--rounds", str(args.hf_rounds)]
     else:
         prog += ["--backend", "eager", "--new-tokens", "4", "--rounds", "5"]
     kinds = args.kinds.split(",")
@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> None:
         "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml), sample8 (traced, --gpu-sample 8), driver (traced, driver-API events)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
+    p.add_argument(
+        "--hf-rounds", type=int, default=13, help="generates a CUDA HF run (ABBA after the first)"
+    )
     p.add_argument("--quick", action="store_true", help="small sizes (the CPU check)")
     p.add_argument("--only", choices=["demo", "hf"], default=None)
     args = p.parse_args(argv)

@@ -19,7 +19,8 @@ In order, each part written out before the next starts (the budget skips what do
    `tracekit launch --no-merge` with `python -m tracekit.demo --ab-blocks B`: recording off and
    on in ABBA blocks inside one process; light mode's cost in % of the cycle with 95%
    intervals (bench/overhead_ab.py).
-3. `abdrv`: part 2 with driver-API events (`TRACEKIT_GPU_EVENTS=driver`); `ab8`: part 2
+3. `abtorch`: part 2 with torch's CUDA events (`TRACEKIT_GPU_EVENTS=torch`; driver-API events
+   are the default); `ab8`: part 2
    with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`).
 4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
@@ -52,6 +53,8 @@ PATHS: dict[str, list[str]] = {
     "baseline": ["--baseline"],
     "extend": ["--verify-mode", "extend"],
     "graph": ["--verify-mode", "graph"],
+    # the target under torch.compile (reduce-overhead on CUDA), verify extend: issue 22
+    "compiled": ["--compile"],
 }
 WARMUP_CYCLES = 5
 
@@ -163,9 +166,15 @@ class Bench:
             "output_tail": output[-2000:] if rc else output[-300:],
         }  # fmt: skip
         data = json.loads(result.read_text()) if result.exists() else None
-        for proc_file in sorted((self.work / name / "raw").glob("pid-*/process.json"))[:1]:
+        procs = []
+        for proc_file in sorted((self.work / name / "raw").glob("pid-*/process.json")):
             info = json.loads(proc_file.read_text())
-            entry["hot_path"], entry["gpu_events"] = info.get("hot_path"), info.get("gpu_events")
+            procs.append({k: info.get(k) for k in ("pid", "records", "hot_path", "gpu_events")})
+            procs[-1]["flush_cost"] = info.get("flush_cost")
+        entry["processes"] = procs
+        used = [p for p in procs if p["gpu_events"]] or procs[:1]
+        if used:
+            entry["hot_path"], entry["gpu_events"] = used[0]["hot_path"], used[0]["gpu_events"]
         if data is not None:
             entry["step_ms_p50"] = data.get("step_ms_p50")
             entry["ab_recorder"] = data.get("ab_recorder")
@@ -512,7 +521,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for k in ("cycle_events_per_cycle", "cycle_sample8_events_per_cycle"):
             if k in m:
                 lines.append(f"  {k}: {m[k]}")
-    for key in ("ab", "abdrv", "ab8", "abpy"):
+    for key in ("ab", "abtorch", "abdrv", "ab8", "abpy"):
         for path, r in (results.get(key) or {}).items():
             if "cost_pct" in r:
                 lines.append(
@@ -566,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = [
         ("micro", b.micro, 30.0),
         ("ab", lambda: b.ab("ab", 1), 60.0),
-        ("abdrv", lambda: b.ab("abdrv", 1, {"TRACEKIT_GPU_EVENTS": "driver"}), 60.0),
+        ("abtorch", lambda: b.ab("abtorch", 1, {"TRACEKIT_GPU_EVENTS": "torch"}), 60.0),
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
         ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
         ("sampling", b.sampling, 60.0),

@@ -245,33 +245,72 @@ class Boundaries:
 
 
 def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> Callable[..., Any]:
-    """The compiled callable's wrapper: its site known, a plain `enter` / call / `exit`; not
-    yet (it may compile now), the call's start is kept for a record made when it returns."""
-    enter, leave = rec.enter, rec.exit
+    """The compiled callable's wrapper: its site known, a plain `enter` / call / `exit` (on the
+    native hot path where the site allows: `_fast_path`); not yet (it may compile now), the
+    call's start is kept for a record made when it returns."""
     marker: list[Any] = [b, None, False]  # this thread's current call, once `b.site` is known
     from tracekit.collectors.recording.state import now_ns
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def generic(*args: Any, **kwargs: Any) -> Any:
         site = b.site
-        if site is None:  # also while recording is off: a compile now must find its caller
-            return _discovering(compiled, b, rec, now_ns, args, kwargs)
-        if not rec.active:
-            return compiled(*args, **kwargs)
-        prev = getattr(_tls, "call", None)
-        fr = enter(site)
-        _tls.call = marker
+        assert site is not None
+        fr = rec.enter(site)
         ok = False
         result = None
         try:
             result = compiled(*args, **kwargs)
             ok = True
         finally:
-            _tls.call = prev
             if fr is not None:
-                leave(fr, ok, result, b.exit_args(site, args), kwargs)
+                rec.exit(fr, ok, result, b.exit_args(site, args), kwargs)
         return result
 
+    body: list[Callable[..., Any] | None] = [None]  # generic, or the native call, once known
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        fn = body[0]
+        if fn is None:
+            site = b.site
+            if site is None:  # also while recording is off: a compile now must find its caller
+                return _discovering(compiled, b, rec, now_ns, args, kwargs)
+            fn = body[0] = _fast_path(rec, compiled, site, generic)
+        if not rec.active:
+            return compiled(*args, **kwargs)
+        # this thread's current compiled call: a recompile during it finds its boundary
+        prev = getattr(_tls, "call", None)
+        _tls.call = marker
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls.call = prev
+
     return call
+
+
+def _fast_path(
+    rec: Recorder, compiled: Callable[..., Any], site: Site, generic: Callable[..., Any]
+) -> Callable[..., Any]:
+    """What records a boundary call once its site is known: the native hot path's `PhaseCall`
+    (collectors/recording/hotpath.py) for a phase site that is no cycle target and whose accept
+    rule needs no arguments (the sync wrapper's hot case), else `generic` (`enter` / `exit`)."""
+    native = rec._native
+    if native is None or site.phase is None or site.cycle or site.needs_args:
+        return generic
+    try:
+        if rec._is_compiling is None and "torch" in sys.modules:
+            rec._probe_torch()
+        acc = site.bound[0] if site.bound[0] is not None else site.accept_len
+        from tracekit.collectors.recording.state import CLOCK_OFFSET_NS
+
+        pc = native.PhaseCall(rec, compiled, site, generic, acc, site.starts_cycle, CLOCK_OFFSET_NS)
+    except Exception as exc:
+        rec.fail("compiled boundary", exc)
+        return generic
+
+    def fast(*args: Any, **kwargs: Any) -> Any:
+        return pc(args, kwargs)
+
+    return fast
 
 
 def _discovering(

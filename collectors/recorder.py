@@ -12,10 +12,15 @@ the previous one ended; the phase's wall time is the same, the gap's device time
 overhead into its span); none for a cycle-only target (merge keeps no GPU times for cycles); and
 with `gpu_sample` N > 1 (`tracekit launch --gpu-sample N`) only every N-th cycle gets events at
 all, the others keep CPU times (docs/DEFINITIONS.md, "CUDA events of light mode"). Records are buffered and appended to `raw/pid-<pid>/records.arrow` (Arrow IPC stream
-format, one `os.write` a flush) every `flush_records` records or `flush_seconds` seconds at
-outermost exits, by a daemon timer thread (`tracekit-flush`) once `flush_seconds` passed without
-a flush (a server idle between requests, or stopped between cycles), on SIGTERM / SIGINT
-(runtime), and at process exit. A process killed with SIGKILL loses at most the last flush
+format, one `os.write` a flush) every `flush_records` records or `flush_seconds` seconds, by a
+daemon flush thread (`tracekit-flush`): an outermost exit that finds a full batch or the
+interval passed only wakes it (`_flush_due`), so the event resolution, the write and
+`process.json` happen off the program's threads, and the flush thread hands the GIL back between
+the steps of a flush (`_yield_gil`); it also flushes on its own once `flush_seconds` passed
+without a flush (a server idle between requests, or stopped between cycles). Without the flush
+thread (a bare `Recorder`), or with 8 batches waiting, the program's thread flushes at the exit
+itself. Also on SIGTERM / SIGINT (runtime), and at process exit. `process.json`'s `flush_cost`
+says what the flushes cost (CPU and wall ms, the longest, how many ran on the program's threads). A process killed with SIGKILL loses at most the last flush
 interval; the stream stays readable up to the last complete batch. A flush from the program's
 own threads never waits for the lock (another thread flushing: it returns at once); the timer
 thread and the exit wait for it within bounds. `process.json` is rewritten at each flush that
@@ -81,9 +86,9 @@ class RecorderConfig:
     gpu_sample: int = 1  # CUDA events on every N-th cycle (`--gpu-sample N`); CPU clocks on all
     # the native hot path where it loads (collectors/recording/native.py; same records)
     native: bool = True
-    # with it, CUDA events through the driver API (`_native.CudaEvent`) instead of torch's;
-    # off by default until measured on a device (`TRACEKIT_GPU_EVENTS=driver` turns it on)
-    driver_events: bool = False
+    # with it, CUDA events through the driver API (`_native.CudaEvent`) instead of torch's
+    # (`TRACEKIT_GPU_EVENTS=torch` keeps torch's; docs/BENCHMARKS.md, issue 25)
+    driver_events: bool = True
 
 
 class Recorder(HotPath):

@@ -42,8 +42,8 @@ ENV_KEEP_SECONDS = "TRACEKIT_KEEP_SECONDS"
 ENV_SEGMENT_BYTES = "TRACEKIT_SEGMENT_BYTES"  # rotation size (default: derived from --keep)
 ENV_SEGMENT_SECONDS = "TRACEKIT_SEGMENT_SECONDS"
 ENV_GPU_SAMPLE = "TRACEKIT_GPU_SAMPLE"  # CUDA events on every N-th cycle (`--gpu-sample N`)
-# "driver": CUDA events through the driver API (the native extension's CudaEvent) instead of
-# torch's; opt-in until measured on a device (docs/BENCHMARKS.md, issue 25)
+# "torch": light mode's CUDA events are torch's, not the native extension's driver-API
+# CudaEvent (the default where the extension loads; docs/BENCHMARKS.md, issue 25)
 ENV_GPU_EVENTS = "TRACEKIT_GPU_EVENTS"
 
 GRAPH_MODULE = "torch.cuda.graphs"
@@ -202,7 +202,7 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
             segment_seconds=_float_env(ENV_SEGMENT_SECONDS, 0.0),
         ),
         gpu_sample=max(1, _int_env(ENV_GPU_SAMPLE, 1)),
-        driver_events=os.environ.get(ENV_GPU_EVENTS, "").strip().lower() == "driver",
+        driver_events=os.environ.get(ENV_GPU_EVENTS, "").strip().lower() != "torch",
     )
     rec = Recorder(config)
     rec.process_info = {

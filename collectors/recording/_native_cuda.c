@@ -105,10 +105,16 @@ static void ev_dealloc(CudaEvent *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* record(): on torch's current stream of torch's current device, as Event.record() does. */
-static PyObject *ev_record(CudaEvent *self, PyObject *unused) {
+/* The event's context made current on a thread that has none (tracekit's flush thread
+ * resolves events the program's threads recorded; the driver API wants a current context). */
+static void ensure_ctx(CudaEvent *self) {
     CUcontext cur = NULL;
     if (cuCtxGetCurrent_(&cur) == CUDA_SUCCESS && !cur) cuCtxSetCurrent_(self->ctx);
+}
+
+/* record(): on torch's current stream of torch's current device, as Event.record() does. */
+static PyObject *ev_record(CudaEvent *self, PyObject *unused) {
+    ensure_ctx(self);
     PyObject *dev = PyObject_CallNoArgs(self->get_device);
     if (!dev) return NULL;
     PyObject *s = PyObject_CallOneArg(self->raw_stream, dev);
@@ -123,6 +129,7 @@ static PyObject *ev_record(CudaEvent *self, PyObject *unused) {
 }
 
 static PyObject *ev_query(CudaEvent *self, PyObject *unused) {
+    ensure_ctx(self);
     CUresult rc = cuEventQuery_(self->ev);
     if (rc == CUDA_SUCCESS) Py_RETURN_TRUE;
     if (rc == CUDA_ERROR_NOT_READY) Py_RETURN_FALSE;
@@ -130,6 +137,7 @@ static PyObject *ev_query(CudaEvent *self, PyObject *unused) {
 }
 
 static PyObject *ev_synchronize(CudaEvent *self, PyObject *unused) {
+    ensure_ctx(self);
     CUresult rc;
     Py_BEGIN_ALLOW_THREADS
     rc = cuEventSynchronize_(self->ev);
@@ -146,6 +154,7 @@ static PyObject *ev_elapsed(CudaEvent *self, PyObject *end) {
         PyErr_SetString(PyExc_TypeError, "elapsed_time() takes a CudaEvent");
         return NULL;
     }
+    ensure_ctx(self);
     float ms = 0;
     CUresult rc = cuEventElapsedTime_(&ms, self->ev, ((CudaEvent *)end)->ev);
     if (rc != CUDA_SUCCESS) return cuda_error("cuEventElapsedTime", rc);

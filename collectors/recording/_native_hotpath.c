@@ -42,7 +42,7 @@ static int intern_names(void) {
     I(s_cycle, "cycle"); I(s_next_seq, "_next_seq"); I(s_gpu_begin, "_gpu_begin");
     I(s_gpu_end, "_gpu_end"); I(s_accept, "_accept"); I(s_rows, "_rows");
     I(s_flush_bytes, "_flush_bytes"); I(s_flush_ns, "_flush_ns");
-    I(s_last_flush, "_last_flush"); I(s_flush, "flush"); I(s_fail, "fail");
+    I(s_last_flush, "_last_flush"); I(s_flush, "_flush_due"); I(s_fail, "fail");
     I(s_probe_torch, "_probe_torch"); I(s_torch, "torch");
     I(s_cache_key, "tracekit.collectors.recording._native:thread");
 #undef I

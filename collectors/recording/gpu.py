@@ -35,6 +35,8 @@ else:
 # Two adjacent top-level phases share one CUDA event at their boundary when the second starts
 # at most this long (host time) after the first's end event was recorded (see _gpu_begin).
 SHARE_GAP_NS = 20_000
+# how long the flush thread sleeps to hand the GIL to a waiting program thread (`_yield_gil`)
+YIELD_S = 50e-6
 
 
 class GpuEvents(RecorderState):
@@ -96,8 +98,8 @@ class GpuEvents(RecorderState):
         return ev
 
     def _event_maker(self) -> Callable[[], Any]:
-        """What makes this process's timing events: with `driver_events` (opt-in,
-        `TRACEKIT_GPU_EVENTS=driver`) the native extension's `CudaEvent` (the driver API, without
+        """What makes this process's timing events: with `driver_events` (the default;
+        `TRACEKIT_GPU_EVENTS=torch` turns it off) the native extension's `CudaEvent` (the driver API, without
         the Python layers of `torch.cuda.Event.record`) where it loads and records on this
         thread, else torch's. Chosen once (the calibration), so every event of a process is of
         one kind."""
@@ -120,6 +122,14 @@ class GpuEvents(RecorderState):
         self.process_info["gpu_events"] = f"torch ({why})"
         return functools.partial(cuda.Event, enable_timing=True)
 
+    def _yield_gil(self) -> None:
+        """On the flush thread, between steps of a flush: give the GIL to a program thread
+        that waits for it (a sleep, not `sleep(0)`: the interpreter hands the GIL over to a
+        waiting thread only when its holder blocks), so the program waits for one step of a
+        flush, not for the whole of it."""
+        if self._yielding:
+            time.sleep(YIELD_S)
+
     def _resolve_gpu(self, *, wait: bool, until: float | None = None) -> None:
         """Resolve the pending events that completed; with `wait`, poll for the others until
         `until` (monotonic; default: the exit deadline from now). The pending list is changed in
@@ -141,7 +151,9 @@ class GpuEvents(RecorderState):
                 t = times[id(ev)] = ref_ns + round(ref.elapsed_time(ev) * 1e6)
             return t
 
-        for seq, ev0, ev1 in pending[:n]:
+        for k, (seq, ev0, ev1) in enumerate(pending[:n]):
+            if k % 64 == 63:
+                self._yield_gil()
             done = ev1.query()
             while wait and not done and time.monotonic() < deadline:
                 time.sleep(0.0005)  # polled, not synchronize(): bounded, never hangs the exit

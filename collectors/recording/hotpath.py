@@ -212,7 +212,7 @@ class HotPath(Lifecycle):
                     not ts.in_cycle
                     and (n >= self._flush_bytes or end - self._last_flush >= self._flush_ns)
                 ) or (n >= 4 * self._flush_bytes):
-                    self.flush()
+                    self._flush_due()
         except Exception as exc:
             self.fail("exit", exc)
 
@@ -321,7 +321,7 @@ class HotPath(Lifecycle):
                         if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
                             not ts.in_cycle or n >= 4 * rec._flush_bytes
                         ):
-                            rec.flush()
+                            rec._flush_due()
                 except Exception as exc:
                     rec.fail("exit", exc)
             return result

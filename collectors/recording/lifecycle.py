@@ -31,7 +31,7 @@ class Lifecycle(Output):
             self._join_exit()  # a close under way (a signal during the atexit close): let it end
             return
         self.finished = True
-        self._timer_stop.set()
+        self._stop_timer()
         until = time.monotonic() + self.config.exit_deadline_s
         self._exit_until = until
         dev = self._cuda_device()  # on the program's thread: the rank's device
@@ -145,6 +145,7 @@ class Lifecycle(Output):
         self._flush_owner = 0
         self._process_records = -1
         self._timer = None
+        self._timer_alive = False
         self._exit_thread = None
         self._loc = threading.local()
         self._rows_written = 0

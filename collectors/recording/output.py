@@ -81,36 +81,63 @@ class Output(GpuEvents):
             self._process_records = -1  # process.json says what was dropped
 
     def _start_timer(self) -> None:
-        """The daemon thread that flushes once `flush_seconds` passed without a flush."""
+        """The daemon thread that flushes once `flush_seconds` passed without a flush, and when
+        the program's threads hand it a full batch (`_flush_due`)."""
         if not self.config.flush_thread or self.finished:
             return
         if self._timer is not None and self._timer.is_alive():
             return
         self._timer_stop = stop = threading.Event()
+        self._wake = wake = threading.Event()
+        self._wake_sent = False
         t = threading.Thread(
-            target=self._timer_loop, args=(stop,), name="tracekit-flush", daemon=True
+            target=self._timer_loop, args=(stop, wake), name="tracekit-flush", daemon=True
         )
         t.start()
         self._timer = t
+        self._timer_alive = True
 
-    def _timer_loop(self, stop: threading.Event) -> None:
+    def _stop_timer(self) -> None:
+        self._timer_alive = False
+        self._timer_stop.set()
+        self._wake.set()
+
+    def _flush_due(self) -> None:
+        """The hot path's flush test held at an outermost exit (a full batch, or the flush
+        interval passed). With the flush thread running it is woken and the program's thread
+        goes on: the event resolution, the write and process.json happen on that thread, off
+        the program's path. Without it, or with 8 batches waiting (the thread fell behind), the
+        flush happens here, as before."""
+        if self._timer_alive and len(self._rows) < 8 * self._flush_bytes:
+            if not self._wake_sent:
+                self._wake_sent = True
+                self._wake.set()
+            return
+        self.flush()
+
+    def _timer_loop(self, stop: threading.Event, wake: threading.Event) -> None:
         period = max(0.01, self.config.flush_seconds)
         period_ns = int(period * 1e9)
         pid = self.pid
-        while True:
-            due = (self._last_flush + period_ns - time.time_ns()) / 1e9
-            if stop.wait(max(due, period / 20)):
-                return
-            if self._failed or self.finished or os.getpid() != pid:
-                return
-            if not self.active:
-                continue  # paused (`set_recording(False)`): rows wait for the next flush
-            if time.time_ns() - self._last_flush < period_ns:
-                continue  # the program's threads flushed meanwhile
-            if self._rows or self._gpu_pending or self._process_records != self._rows_written:
-                self.flush(timer=True, until=time.monotonic() + period)
-            else:
-                self._last_flush = time.time_ns()  # nothing to write: sleep a whole period
+        try:
+            while True:
+                due = (self._last_flush + period_ns - time.time_ns()) / 1e9
+                woken = wake.wait(max(due, period / 20))
+                wake.clear()
+                self._wake_sent = False
+                if stop.is_set() or self._failed or self.finished or os.getpid() != pid:
+                    return
+                if not self.active:
+                    continue  # paused (`set_recording(False)`): rows wait for the next flush
+                if not woken and time.time_ns() - self._last_flush < period_ns:
+                    continue  # a flush happened meanwhile
+                if self._rows or self._gpu_pending or self._process_records != self._rows_written:
+                    self.flush(timer=True, until=time.monotonic() + period)
+                else:
+                    self._last_flush = time.time_ns()  # nothing to write: sleep a whole period
+        finally:
+            if os.getpid() == pid and self._timer_stop is stop:
+                self._timer_alive = False
 
     def _take_rows(self, *, final: bool) -> Any:
         """Remove from the buffer the rows whose GPU times are known (all when `final`); return
@@ -150,11 +177,15 @@ class Output(GpuEvents):
             lock.release()
             return False
         self._flush_owner = me
+        self._yielding = timer
+        cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
         try:
             with self._internal():
                 self._flush_locked(final=final, until=until)
         finally:
+            self._yielding = False
             self._flush_owner = 0
+            self._count_flush(time.thread_time_ns() - cpu0, time.perf_counter_ns() - wall0)
             lock.release()
         if not final and self.active:
             self._after_flush(timer=timer)
@@ -164,6 +195,16 @@ class Output(GpuEvents):
             self.deferred_signal = 0
             deliver(sig)
         return True
+
+    def _count_flush(self, cpu_ns: int, wall_ns: int) -> None:
+        """What the flushes cost so far (process.json `flush_cost`): CPU time on the thread
+        that flushed, wall time, the longest flush; the program's and the flush thread's."""
+        cost = self._flush_cost
+        cost[0] += cpu_ns
+        cost[1] += wall_ns
+        cost[2] = max(cost[2], wall_ns)
+        if not self._yielding and threading.current_thread() is not self._timer:
+            cost[3] += 1
 
     def _after_flush(self, *, timer: bool) -> None:
         """Rank (torch.distributed) and manifest, outside the lock: a backend call that blocks
@@ -180,6 +221,7 @@ class Output(GpuEvents):
         try:
             self._last_flush = time.time_ns()
             self._resolve_gpu(wait=final, until=until)
+            self._yield_gil()
             ready = self._take_rows(final=final)
             if self._stream is None:
                 self._open()
@@ -191,6 +233,7 @@ class Output(GpuEvents):
             assert stream is not None
             if len(ready):
                 data = encode_rows(ready, self._gpu_done)
+                self._yield_gil()
                 stream.write(data)
                 self.flushes += 1
                 self._rows_written += len(ready)
@@ -202,6 +245,7 @@ class Output(GpuEvents):
             if final:
                 stream.close()
             if final or self._process_records != self._rows_written:
+                self._yield_gil()
                 self._write_process()
         except Exception as exc:
             self.fail("flush", exc)
@@ -257,6 +301,12 @@ class Output(GpuEvents):
                 active=self.active,
                 segments=self._segments.to_json(),
                 dropped=self._segments.dropped.to_json(),
+                flush_cost={
+                    "cpu_ms": round(self._flush_cost[0] / 1e6, 3),
+                    "wall_ms": round(self._flush_cost[1] / 1e6, 3),
+                    "max_ms": round(self._flush_cost[2] / 1e6, 3),
+                    "on_program_threads": self._flush_cost[3],
+                },
             )
             data.update(extra)
             write_json(self.dir / PROCESS_FILE, data)

@@ -177,6 +177,12 @@ class RecorderState:
         # lifecycle: the timer thread, who is inside flush, the exit's threads and deadline
         self._timer: threading.Thread | None = None
         self._timer_stop = threading.Event()
+        self._wake = threading.Event()  # wakes the flush thread (`Output._flush_due`)
+        self._wake_sent = False
+        self._timer_alive = False  # the flush thread runs: the hot path hands flushes to it
+        self._yielding = False  # inside a flush on the flush thread: it yields the GIL
+        # flushes so far: CPU ns, wall ns, longest wall ns, flushes on the program's threads
+        self._flush_cost = [0, 0, 0, 0]
         self._flush_owner = 0  # threading.get_ident() of the thread inside flush, 0 if none
         self._process_records = -1  # rows on disk when process.json was last written
         self._fork_locked = False

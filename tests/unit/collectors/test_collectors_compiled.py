@@ -364,3 +364,30 @@ def test_compiled_while_recording_is_off_finds_its_caller(
     # calls made while recording are recorded
     assert bounds.report["unattached"] == []
     assert [r["phase"] for r in rows] == ["verify", "verify"]
+
+
+def test_boundary_calls_take_the_native_hot_path_once_the_site_is_known(
+    tmp_path: Path, clean_dynamo: None
+) -> None:
+    # GIVEN a compiled function reaching a mapped phase (no cycle target, no accept rule), with
+    # the recorder's generic `enter` counted
+    mod = _program()
+    rec, _bounds = _recorder(tmp_path)
+    _sites(mod, rec)
+    entered: list[object] = []
+    generic_enter = rec.enter
+
+    def counting_enter(site: Site) -> Any:
+        entered.append(site)
+        return generic_enter(site)
+
+    rec.enter = counting_enter  # type: ignore[method-assign]
+    fn = torch.compile(mod.step, backend="eager")
+    # WHEN it is called 8 times (a compile on the first and on the 6th: a new shape)
+    _run(fn)
+    rows = _phase_rows(rec)
+    # THEN every call is one record; on the native hot path only the compiling call and the
+    # site's first known call go through `enter` (PhaseCall records the others in C), on the
+    # Python fallback every call does
+    assert [r["phase"] for r in rows] == ["draft"] * 8
+    assert len(entered) == (8 if rec._native is None else 2)

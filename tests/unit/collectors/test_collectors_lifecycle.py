@@ -234,3 +234,61 @@ def test_tracekit_disable_is_passed_to_the_child(
     env = build_env(tmp_path, opts, pmap, tmp_path / "phasemap.toml")
     assert env["TRACEKIT_DISABLE"] == "1"
     assert env["TRACEKIT_FLUSH_SECONDS"] == "1.0"
+
+
+def _handoff_recorder(tmp_path: Path) -> tuple[Recorder, Any]:
+    """A recorder with the flush thread, a batch of 30 records, an interval never reached."""
+    rec = Recorder(
+        RecorderConfig(
+            raw_dir=tmp_path / "raw", flush_records=30, flush_seconds=600, flush_thread=True
+        )
+    )
+    step = _steps(rec)
+    rec.flush()  # opens the stream (as the import hook does) and starts the flush thread
+    return rec, step
+
+
+def test_a_full_batch_is_written_by_the_flush_thread_not_the_programs(tmp_path: Path) -> None:
+    # GIVEN the flush thread and a batch of 30 records (10 cycles of 3)
+    rec, step = _handoff_recorder(tmp_path)
+    program = threading.get_ident()
+    writers: list[int] = []
+    encode = rec._flush_locked
+
+    def spy(**kw: Any) -> None:
+        writers.append(threading.get_ident())
+        encode(**kw)
+
+    rec._flush_locked = spy  # type: ignore[method-assign]
+    # WHEN the program records 25 cycles (75 records: two full batches and a half)
+    for _ in range(25):
+        step()
+    deadline = time.monotonic() + 5
+    while len(rec._rows) >= 30 * 37 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)
+    # THEN the full batches were written by the flush thread (woken, not waited for): the
+    # program's thread wrote nothing, and process.json counts them under `flush_cost`
+    assert writers and program not in writers
+    assert len(_disk(rec)) >= 60
+    info = json.loads((rec.dir / PROCESS_FILE).read_text())
+    assert info["flush_cost"]["on_program_threads"] == 1  # the opening flush, before the calls
+    assert info["flush_cost"]["wall_ms"] > 0
+    rec.close()
+    assert len(_disk(rec)) == 75
+
+
+def test_the_programs_thread_flushes_when_the_flush_thread_falls_8_batches_behind(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the flush thread stuck (it holds the recorder's lock and never flushes)
+    rec, step = _handoff_recorder(tmp_path)
+    rec._wake.set = lambda: None  # type: ignore[method-assign]  # woken: it never hears it
+    # WHEN the program records 8 batches and one cycle more
+    for _ in range(81):
+        step()
+    # THEN the program's own thread flushed at 8 batches: the buffer stays bounded
+    assert len(_disk(rec)) >= 240
+    assert len(rec._rows) < 8 * rec._flush_bytes
+    rec.close()
+    assert len(_disk(rec)) == 243
