@@ -102,12 +102,15 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
             res = out / f"{name}.json"
             cmd = [*prog, "--out", str(res)]
             env = None
-            if kind in ("traced", "disabled", "nonvml", "sample8", "driver"):
+            if kind in ("traced", "disabled", "nonvml", "sample8", "noevents", "torchevents"):
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
                 extra += ["--gpu-sample", "8"] if kind == "sample8" else []
+                extra += ["--gpu-sample", "1000000"] if kind == "noevents" else []
                 cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
-            if kind == "driver":  # CUDA events through the driver API (collectors/recording/gpu.py)
-                env = {**os.environ, "TRACEKIT_GPU_EVENTS": "driver"}
+            elif kind != "alone":
+                raise SystemExit(f"compiled_gpu.py: unknown kind {kind!r} (see --kinds)")
+            if kind == "torchevents":  # torch's CUDA events, not the driver API's (the default)
+                env = {**os.environ, "TRACEKIT_GPU_EVENTS": "torch"}
             if kind == "disabled":  # launched, recording nothing: the launcher's own cost
                 env = {**os.environ, "TRACEKIT_DISABLE": "1"}
             step = _run(cmd, args.step_timeout, env)
@@ -126,7 +129,9 @@ def main(argv: list[str] | None = None) -> None:
         "--kinds",
         default="alone,traced",
         help="HF runs of each round, in order (reversed every other round): alone, traced, "
-        "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml), sample8 (traced, --gpu-sample 8), driver (traced, driver-API events)",
+        "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml), "
+        "sample8 (traced, --gpu-sample 8), noevents (traced, --gpu-sample 1000000: no CUDA "
+        "event after the first cycle), torchevents (traced, TRACEKIT_GPU_EVENTS=torch)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

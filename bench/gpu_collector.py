@@ -20,7 +20,8 @@ In order, each part written out before the next starts (the budget skips what do
    on in ABBA blocks inside one process; light mode's cost in % of the cycle with 95%
    intervals (bench/overhead_ab.py).
 3. `abtorch`: part 2 with torch's CUDA events (`TRACEKIT_GPU_EVENTS=torch`; driver-API events
-   are the default); `ab8`: part 2
+   are the default); `abnoev`: part 2 with `--gpu-sample 1000000` (CPU clocks only after the
+   first cycle: what the CUDA events cost); `ab8`: part 2
    with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`).
 4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
@@ -244,6 +245,8 @@ class Bench:
             self.log(f"sampling {path}: {json.dumps(out[path])[:400]}")
 
     def paths(self) -> list[str]:
+        if self.a.paths:
+            return [p for p in self.a.paths.split(",") if p]
         return ["baseline", "extend"] if self.a.device == "cpu" else list(PATHS)
 
 
@@ -521,7 +524,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for k in ("cycle_events_per_cycle", "cycle_sample8_events_per_cycle"):
             if k in m:
                 lines.append(f"  {k}: {m[k]}")
-    for key in ("ab", "abtorch", "abdrv", "ab8", "abpy"):
+    for key in ("ab", "abtorch", "abnoev", "abdrv", "ab8", "abpy"):
         for path, r in (results.get(key) or {}).items():
             if "cost_pct" in r:
                 lines.append(
@@ -562,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-n", type=int, default=8)
     ap.add_argument("--run-timeout-s", type=float, default=170.0)
     ap.add_argument("--skip", default="", help="comma-separated parts to skip")
+    ap.add_argument(
+        "--paths", default="", help=f"comma-separated demo paths (default: all of {list(PATHS)})"
+    )
     ap.add_argument("--micro", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.tiny:
@@ -576,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         ("micro", b.micro, 30.0),
         ("ab", lambda: b.ab("ab", 1), 60.0),
         ("abtorch", lambda: b.ab("abtorch", 1, {"TRACEKIT_GPU_EVENTS": "torch"}), 60.0),
+        ("abnoev", lambda: b.ab("abnoev", 1_000_000), 60.0),  # no CUDA events after cycle 0
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
         ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
         ("sampling", b.sampling, 60.0),

@@ -19,10 +19,11 @@ first CUDA phase calibrates the GPU clock against `time.time_ns`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
@@ -37,6 +38,52 @@ else:
 SHARE_GAP_NS = 20_000
 # how long the flush thread sleeps to hand the GIL to a waiting program thread (`_yield_gil`)
 YIELD_S = 50e-6
+
+
+# CUstreamCaptureMode: CU_STREAM_CAPTURE_MODE_RELAXED
+_CAPTURE_RELAXED = 2
+_exchange_mode: list[Any] = []  # [cuThreadExchangeStreamCaptureMode or None], found once
+
+
+def _capture_mode_exchange() -> Any:
+    """libcuda's `cuThreadExchangeStreamCaptureMode` (ctypes), or None without a driver."""
+    if not _exchange_mode:
+        fn = None
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL("libcuda.so.1").cuThreadExchangeStreamCaptureMode
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _exchange_mode.append(fn)
+    return _exchange_mode[0]
+
+
+@contextlib.contextmanager
+def relaxed_capture() -> Iterator[None]:
+    """This thread in CUDA's relaxed stream-capture mode while the pending events are queried.
+
+    A program that captures a CUDA graph (torch.cuda.graph, cudagraph trees; torch's default
+    capture mode is global) forbids every other thread "potentially unsafe" calls while it
+    captures, `cuEventQuery` / `cudaEventQuery` among them: one such call from the flush thread
+    invalidates the program's capture (`cudaErrorStreamCaptureInvalidated`, seen on the H200
+    with the demo's verify graph). In relaxed mode this thread's queries of its own events are
+    allowed and leave the capture alone; the thread's previous mode is restored after."""
+    fn = _capture_mode_exchange()
+    if fn is None:
+        yield
+        return
+    import ctypes
+
+    mode = ctypes.c_int(_CAPTURE_RELAXED)
+    swapped = fn(ctypes.byref(mode)) == 0
+    try:
+        yield
+    finally:
+        if swapped:
+            fn(ctypes.byref(mode))
 
 
 class GpuEvents(RecorderState):
@@ -131,6 +178,13 @@ class GpuEvents(RecorderState):
             time.sleep(YIELD_S)
 
     def _resolve_gpu(self, *, wait: bool, until: float | None = None) -> None:
+        """`_resolve_events` in the relaxed stream-capture mode (`relaxed_capture`)."""
+        if not self._gpu_pending or self._gpu_ref is None:
+            return
+        with relaxed_capture():
+            self._resolve_events(wait=wait, until=until)
+
+    def _resolve_events(self, *, wait: bool, until: float | None = None) -> None:
         """Resolve the pending events that completed; with `wait`, poll for the others until
         `until` (monotonic; default: the exit deadline from now). The pending list is changed in
         place: other threads append to it meanwhile. An event goes back to the pool only when

@@ -267,3 +267,36 @@ def test_set_recording_pauses_the_wrappers(tmp_path: Path) -> None:
     rec2.fail("test", RuntimeError("x"))
     rec2.set_recording(True)
     assert rec2.active is False
+
+
+def test_events_are_queried_in_the_relaxed_capture_mode_and_the_mode_restored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a driver whose capture-mode exchange is recorded (a program capturing a CUDA graph
+    # in global mode forbids other threads' event queries: relaxed mode allows them)
+    import ctypes
+
+    calls: list[int] = []
+    mode_of_thread = [0]  # CU_STREAM_CAPTURE_MODE_GLOBAL
+
+    def exchange(ptr: Any) -> int:
+        p = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int))
+        calls.append(p[0])
+        p[0], mode_of_thread[0] = mode_of_thread[0], p[0]
+        return 0
+
+    monkeypatch.setattr(gpu_events, "_exchange_mode", [exchange])
+    seen: list[int] = []
+    # WHEN events are resolved inside it
+    with gpu_events.relaxed_capture():
+        seen.append(mode_of_thread[0])
+    # THEN the queries ran in relaxed mode (2) and the thread's global mode (0) came back
+    assert seen == [2]
+    assert calls == [2, 0]
+    assert mode_of_thread[0] == 0
+
+
+def test_relaxed_capture_is_a_no_op_without_a_cuda_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_events, "_exchange_mode", [None])
+    with gpu_events.relaxed_capture():
+        pass
