@@ -7,6 +7,7 @@ It never imports torch: it reads what is already imported. Values are strings.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -128,23 +129,15 @@ def _git(path: Path) -> dict[str, str]:
 
 
 def package_info(package: str | None) -> dict[str, str]:
-    """Version (and git state for a checkout) of the server package, without importing it."""
+    """Version (and git state for a checkout) of the server package, without importing it.
+
+    Once a process and package location (`_package_info`): the look-up scans installed
+    distributions and runs git, 0.1 to 0.3 s of the GIL on a small venv, which the flush
+    thread that writes the manifest must not take from a running program each time the rank
+    information changes (the H200 demo's A/B blocks showed 50-400 ms cycles where it did)."""
     if not package:
         return {}
-    out: dict[str, str] = {}
     top = package.split(".")[0]
-    try:
-        from importlib.metadata import PackageNotFoundError, packages_distributions, version
-
-        dists = packages_distributions().get(top, [top])
-        for dist in dists:
-            try:
-                out[package] = version(dist)
-                break
-            except PackageNotFoundError:
-                continue
-    except Exception:
-        pass
     mod = sys.modules.get(package) or sys.modules.get(top)
     file = getattr(mod, "__file__", None)
     if file is None:
@@ -155,6 +148,29 @@ def package_info(package: str | None) -> dict[str, str]:
             file = spec.origin if spec else None
         except (ImportError, ValueError):
             file = None
+    return dict(_package_info(package, file))
+
+
+@functools.lru_cache(maxsize=8)
+def _package_info(package: str, file: str | None) -> dict[str, str]:
+    """The distribution named like the package is tried first; only when there is none are
+    all distributions' top-level names read (the slow part)."""
+    out: dict[str, str] = {}
+    top = package.split(".")[0]
+    try:
+        from importlib.metadata import PackageNotFoundError, packages_distributions, version
+
+        try:
+            out[package] = version(top)
+        except PackageNotFoundError:
+            for dist in packages_distributions().get(top, []):
+                try:
+                    out[package] = version(dist)
+                    break
+                except PackageNotFoundError:
+                    continue
+    except Exception:
+        pass
     if file:
         for key, val in _git(Path(file)).items():
             out[f"{package}.{key}"] = val

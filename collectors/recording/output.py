@@ -120,6 +120,7 @@ class Output(GpuEvents):
         period_ns = int(period * 1e9)
         pid = self.pid
         try:
+            self._warm_manifest()
             while True:
                 due = (self._last_flush + period_ns - time.time_ns()) / 1e9
                 woken = wake.wait(max(due, period / 20))
@@ -138,6 +139,17 @@ class Output(GpuEvents):
         finally:
             if os.getpid() == pid and self._timer_stop is stop:
                 self._timer_alive = False
+
+    def _warm_manifest(self) -> None:
+        """The manifest's package look-up (distributions, git: 0.1 to 0.3 s) done once as the
+        flush thread starts, while the program starts up, not at a flush in its steady state."""
+        try:
+            with self._internal():
+                from tracekit.collectors import manifest
+
+                manifest.package_info(self.config.package)
+        except Exception:
+            pass  # the manifest's own look-up at the first flush says what failed
 
     def _take_rows(self, *, final: bool) -> Any:
         """Remove from the buffer the rows whose GPU times are known (all when `final`); return
