@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from tracekit.analyzers.model import RunAnalysis
+from tracekit.analyzers.run_analysis import RunAnalysis
 
 SKEW_COLUMNS = [
     "cycle",

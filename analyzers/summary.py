@@ -8,8 +8,8 @@ from typing import Any
 import polars as pl
 
 from tracekit.analyzers.acceptance import kept_acceptance
-from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.rules import RuleTable
+from tracekit.analyzers.run_analysis import RunAnalysis, analyze
 from tracekit.analyzers.skew import phase_skew, skew_from
 from tracekit.analyzers.steady import CycleChoice, decide
 

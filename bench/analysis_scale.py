@@ -129,7 +129,7 @@ def generate_rank(run_dir: Path, rank: int, cycles: int) -> int:
 def measure(run_dir: Path) -> dict[str, float]:
     """Run summary + breakdown in this process (called in a child)."""
     t0 = time.perf_counter()
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
     from tracekit.analyzers.summary import summary_from
     from tracekit.cli.breakdown import grouped
 

@@ -1,5 +1,5 @@
 """The report's model of a run (and its baseline): each run analysed once, every section built
-from that analysis (tracekit/report/model.py says what each holds).
+from that analysis (tracekit/report/section_data.py says what each holds).
 
 `build_model(run_dir, baseline=None)` analyses each run once (`analyze`) and hands the
 `RunAnalysis` to the analyzers' `*_of` functions: summary, skew, kernels, diff and break-even.
@@ -16,14 +16,21 @@ from typing import TYPE_CHECKING, Any
 from tracekit.errors import NoCyclesError, StoreError, TracekitError
 from tracekit.report import build_run, build_store
 from tracekit.report.build_run import unavailable
-from tracekit.report.model import Breakeven, Diff, DiffPhase, ManifestChange, ReportModel, Section
+from tracekit.report.section_data import (
+    Breakeven,
+    Diff,
+    DiffPhase,
+    ManifestChange,
+    ReportModel,
+    Section,
+)
 from tracekit.store import reader
 from tracekit.store.layout import check_run_dir
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from tracekit.analyzers.model import RunAnalysis
+    from tracekit.analyzers.run_analysis import RunAnalysis
     from tracekit.analyzers.steady import CycleChoice, Steady
 
 
@@ -46,7 +53,7 @@ class Run:
         _check_store(run_dir, option)
         run = cls(run_dir)
         try:
-            from tracekit.analyzers.model import analyze
+            from tracekit.analyzers.run_analysis import analyze
             from tracekit.analyzers.steady import decide
             from tracekit.analyzers.summary import summary_from
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.report.model import (
+from tracekit.report.section_data import (
     COMPONENTS,
     Breakeven,
     Component,
@@ -39,7 +39,7 @@ from tracekit.report.model import (
 )
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.model import RunAnalysis
+    from tracekit.analyzers.run_analysis import RunAnalysis
     from tracekit.report.build import Run
 
 T = TypeVar("T")

@@ -4,7 +4,8 @@ and the manifest."""
 
 from __future__ import annotations
 
-from tracekit.report.model import (
+from tracekit.report.html_blocks import Rendered, card, esc, fmt, table
+from tracekit.report.section_data import (
     Diff,
     GraphsAllreduce,
     Headline,
@@ -13,7 +14,6 @@ from tracekit.report.model import (
     ManifestRow,
     NoCycles,
 )
-from tracekit.report.render_html import Rendered, card, esc, fmt, table
 
 DIFF_HEADERS = [
     "phase",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.analyzers.builders import write_rows
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.summary import summarize
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.analyzers.builders import RankTrace, write_events, write_rows
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.summary import IN_COMPILED, IN_GRAPH, summarize
 
 

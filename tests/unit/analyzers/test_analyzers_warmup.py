@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.analyzers.builders import write_rows
 from tests.unit.analyzers.test_analyzers_steady import light_run
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.steady import (
     mser_length,
     mser_statistic,

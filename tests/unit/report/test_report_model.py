@@ -1,4 +1,4 @@
-"""The report's model (tracekit/report/model.py): every figure against a known answer.
+"""The report's model (tracekit/report/section_data.py): every figure against a known answer.
 
 Two hand-built runs: `scenarios.two_rank_gpu` (its breakdown worked out to the nanosecond in
 tests/unit/analyzers/test_analyzers_breakdown.py and docs/DEFINITIONS.md) for the per-rank
@@ -16,7 +16,7 @@ from tests.outputs_synth import make_run
 from tests.unit.analyzers import scenarios
 from tracekit.report import build_run, build_store
 from tracekit.report.build import Run, breakeven_numbers, build_model, comparison
-from tracekit.report.model import (
+from tracekit.report.section_data import (
     Breakeven,
     BreakevenCurve,
     Diff,
@@ -251,7 +251,7 @@ def test_diff_of_two_runs_known_answer(tmp_path: Path) -> None:
 def test_the_model_of_a_comparison_and_each_run_analysed_once(
     synth: tuple[Run, Run], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tracekit.analyzers.model as model
+    import tracekit.analyzers.run_analysis as model
 
     calls: list[int] = []
     real = model.analyze_rank
