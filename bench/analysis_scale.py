@@ -145,8 +145,8 @@ def measure(run_dir: Path) -> dict[str, float]:
         "cpu_s": cpu,
         "rss_mb": rss_mb,
         "instances": rows.height,
-        "cycles": s["cycles"],
-        "cycle_ms_p50": s["cycle_ms_p50"],
+        "cycles": s.cycles,
+        "cycle_ms_p50": s.cycle_ms_p50,
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tracekit.errors import NoCyclesError, StoreError, TracekitError
 from tracekit.report import build_run, build_store
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from tracekit.analyzers.run_analysis import RunAnalysis
     from tracekit.analyzers.steady import CycleChoice, Steady
+    from tracekit.analyzers.summary_fields import Summary
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Run:
 
     run_dir: Path
     analysis: RunAnalysis | None = None
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
     steady: Steady | None = None
     error: str | None = None
     exc: BaseException | None = None
