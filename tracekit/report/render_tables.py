@@ -181,8 +181,7 @@ def headline(h: Headline) -> Rendered:
     sm = h.summary
     cols = sm.phase_columns()
     rows: list[list[object]] = [
-        [name, *(cell(c, v) for c, v in zip(cols, cells))]
-        for name, cells in sm.phase_rows()
+        [name, *(cell(c, v) for c, v in zip(cols, cells))] for name, cells in sm.phase_rows()
     ]
     numeric = {i + 1 for i, c in enumerate(cols) if not c.counts}
     body = (
