@@ -1,4 +1,8 @@
-"""The summary of a run: cycle time, acceptance length, throughput and per-phase shares."""
+"""The summary of a run: cycle time, acceptance length, throughput and per-phase shares.
+
+`summary_from` computes it from a `RunAnalysis` into the typed model of
+analyzers/summary_fields.py (`Summary`), which `tracekit summary` (table, `--json`) and the
+report render as it is."""
 
 from __future__ import annotations
 
