@@ -1,9 +1,9 @@
 """Reading one rank's rows from the store, only the columns an analyzer needs.
 
 `read_rank` reads a rank's inputs once (`RankInputs`; its events by `read_events`, which a caller
-that needs more columns, the Perfetto export, calls itself and hands over); analyzers/model.py's
-`analyze_rank` hands them to the phase, interval and cycle code and drops them when the rank is
-done.
+that needs more columns, the Perfetto export, calls itself and hands over);
+analyzers/run_analysis.py's `analyze_rank` hands them to the phase, interval and cycle code and
+drops them when the rank is done.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ BREAKDOWN_SCHEMA = {  # the breakdown frame: columns and their types when it is 
     # False: a light-mode instance that replayed CUDA graphs and saw no allreduce call (its
     # collectives, if any, ran inside the graphs): its allreduce is not measured, not 0
     "allreduce_measured": pl.Boolean,
-    "inst": pl.Int64,  # the instance id (analyzers/model.py); not among the CLI's fields
+    "inst": pl.Int64,  # the instance id (analyzers/run_analysis.py); not among the CLI's fields
 }
 BREAKDOWN_COLUMNS = list(BREAKDOWN_SCHEMA)
 

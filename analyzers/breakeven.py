@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.analyzers.acceptance import kept_acceptance
-from tracekit.analyzers.model import RunAnalysis, analyze
+from tracekit.analyzers.run_analysis import RunAnalysis, analyze
 from tracekit.analyzers.steady import CycleChoice, decide
 from tracekit.analyzers.summary import cycle_totals
 from tracekit.errors import InputError

@@ -24,8 +24,8 @@ import polars as pl
 from tracekit.analyzers.diffmanifest import command_change, manifest_changes, read_manifest
 from tracekit.analyzers.diffstats import RunsInterval, like_cycles
 from tracekit.analyzers.headline import headline
-from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.rules import RuleTable, load_rules
+from tracekit.analyzers.run_analysis import RunAnalysis, analyze
 from tracekit.analyzers.steady import CycleChoice, Steady, decide
 from tracekit.errors import InputError
 

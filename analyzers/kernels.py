@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.analyzers.model import RunAnalysis
+from tracekit.analyzers.run_analysis import RunAnalysis
 
 
 def kernels_of(analysis: RunAnalysis, n: int = 10) -> pl.DataFrame:

@@ -9,11 +9,13 @@ minus its allreduce wait; the slowest rank is the one with the most work (ties: 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, cast
 
 import polars as pl
 
-from tracekit.analyzers.model import RunAnalysis
+from tracekit.analyzers.run_analysis import RunAnalysis
+from tracekit.analyzers.summary_fields import SkewSummary
 
 SKEW_COLUMNS = [
     "cycle",
@@ -117,15 +119,9 @@ def skew_of(analysis: RunAnalysis) -> pl.DataFrame:
     return skew_from(analysis.breakdown, analysis.collectives)
 
 
-# the per-phase fields `tracekit summary` reports (its JSON's `skew`), in their order
-SUMMARY_SKEW_FIELDS = (
-    "ranks",
-    "spread_ms_p50",
-    "spread_ms_max",
-    "slowest_rank",
-    "slowest_rank_frac",
-    "allreduce_wait_ms_mean",
-)
+# the per-phase fields `tracekit summary` reports (its JSON's `skew`), in their order: the typed
+# summary's (analyzers/summary_fields.py)
+SUMMARY_SKEW_FIELDS = tuple(f.name for f in fields(SkewSummary))
 
 
 def _ms(col: pl.Series) -> pl.Series:

@@ -1,17 +1,23 @@
-"""The summary of a run: cycle time, acceptance length, throughput and per-phase shares."""
+"""The summary of a run: cycle time, acceptance length, throughput and per-phase shares.
+
+`summary_from` computes it from a `RunAnalysis` into the typed model of
+analyzers/summary_fields.py (`Summary`), which `tracekit summary` (table, `--json`) and the
+report render as it is."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from tracekit.analyzers.acceptance import kept_acceptance
-from tracekit.analyzers.model import RunAnalysis, analyze
 from tracekit.analyzers.rules import RuleTable
+from tracekit.analyzers.run_analysis import RunAnalysis, analyze
 from tracekit.analyzers.skew import phase_skew, skew_from
 from tracekit.analyzers.steady import CycleChoice, decide
+from tracekit.analyzers.summary_fields import Acceptance, PhaseSummary, SkewSummary, Summary
 
 NS_PER_MS = 1_000_000
 
@@ -29,12 +35,12 @@ def _timed(rows: pl.DataFrame) -> pl.DataFrame:
     return timed if 0 < timed.height < rows.height else rows
 
 
-def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
+def phase_stats(bd: pl.DataFrame) -> dict[str, PhaseSummary]:
     """Per phase name: count, wall ms mean/p50/p90, forward/allreduce/overhead % of the summed
     wall time, share of instances that replayed a graph, allreduce implementation counts.
     With GPU-sampled light-mode runs the times and shares come from the GPU-timed instances
     (`gpu_timed_count` of the `count`)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PhaseSummary] = {}
     for phase in sorted(bd["phase"].unique().to_list()):
         every = bd.filter(pl.col("phase") == phase)
         rows = _timed(every)
@@ -53,21 +59,21 @@ def phase_stats(bd: pl.DataFrame) -> dict[str, dict[str, Any]]:
         measured = (
             bool(rows["allreduce_measured"].all()) if "allreduce_measured" in rows.columns else True
         )
-        out[phase] = {
-            "count": every.height,
-            "gpu_timed_count": int(every["gpu_timed"].fill_null(False).sum())
+        out[phase] = PhaseSummary(
+            count=every.height,
+            gpu_timed_count=int(every["gpu_timed"].fill_null(False).sum())
             if "gpu_timed" in every.columns
             else 0,
-            "wall_ms_mean": _f(wall.mean()),
-            "wall_ms_p50": _f(wall.median()),
-            "wall_ms_p90": _f(wall.quantile(0.9, interpolation="linear")),
-            "forward_pct": pct("forward_ns"),
-            "allreduce_pct": pct("allreduce_ns") if measured else None,
-            "overhead_pct": pct("overhead_ns"),
-            "graph_replayed_frac": _f(rows["graph_replayed"].cast(pl.Float64).mean()),
-            "allreduce_impl": dict(impls.iter_rows()),
-            "allreduce_note": None if measured else _unmeasured_note(rows),
-        }
+            wall_ms_mean=_f(wall.mean()),
+            wall_ms_p50=_f(wall.median()),
+            wall_ms_p90=_f(wall.quantile(0.9, interpolation="linear")),
+            forward_pct=pct("forward_ns"),
+            allreduce_pct=pct("allreduce_ns") if measured else None,
+            overhead_pct=pct("overhead_ns"),
+            graph_replayed_frac=_f(rows["graph_replayed"].cast(pl.Float64).mean()),
+            allreduce_impl=dict(impls.iter_rows()),
+            allreduce_note=None if measured else _unmeasured_note(rows),
+        )
     return out
 
 
@@ -168,42 +174,45 @@ def _profiled(analysis: RunAnalysis) -> list[int] | None:
     return [cycles[0], cycles[-1]]
 
 
-def summary_from(analysis: RunAnalysis, choice: CycleChoice | None = None) -> dict[str, Any]:
+def _pair(v: list[int] | None) -> tuple[int, int] | None:
+    return None if not v else (int(v[0]), int(v[1]))
+
+
+def summary_from(analysis: RunAnalysis, choice: CycleChoice | None = None) -> Summary:
     """DESIGN's summary of an analysis, over the steady-state cycles (or `choice`)."""
     steady = decide(analysis.recorded, choice)
     totals = cycle_totals(steady.keep(analysis.recorded))
     accept = kept_acceptance(analysis.run_dir, steady)  # pooled over requests, when read
     bd, shares_note = steady.keep_shares(analysis.breakdown)
-    profiled = _profiled(analysis)
     coll = steady.keep(analysis.collectives)
     measured = allreduce_measured(analysis.breakdown, analysis.collectives, analysis.instances)
     phases = phase_stats(bd)
     if not measured:
-        for p in phases.values():
-            p["allreduce_pct"] = None
-    return {
-        "ranks": analysis.breakdown["rank"].n_unique(),
-        "cycles": analysis.recorded.filter(pl.col("cycle") >= 0)["cycle"].n_unique(),
-        "cycle_ms_p50": totals["cycle_ms_p50"],
-        "cycle_ms_mean": totals["cycle_ms_mean"],
-        "cycle_ms_p90": totals["cycle_ms_p90"],
-        "accept_len_mean": accept["accept_len_mean"] if accept else totals["accept_len_mean"],
-        **({"accept": accept} if accept else {}),
-        "tokens": totals["tokens"],
-        "tokens_per_s": totals["tokens_per_s"],
-        **steady.to_json(),
-        "profiled_cycles": profiled,
-        "shares_note": shares_note,
-        "approximate": bool(bd["approximate"].any()),
-        "gpu_timed_cycles": _timed_cycles(analysis.cycles),
-        "phases": phases,
-        "allreduce_measured": measured,
-        "allreduce_note": None
-        if measured
-        else NOT_MEASURED.format(ranks=analysis.breakdown["rank"].n_unique()),
-        "unknown_comm_kernels": analysis.unknown_comm,
-        "skew": phase_skew(skew_from(bd, coll)),
-    }
+        phases = {k: replace(p, allreduce_pct=None) for k, p in phases.items()}
+    ranks = analysis.breakdown["rank"].n_unique()
+    st = steady.to_json()
+    st.update(steady_cycles=_pair(st["steady_cycles"]), warmup_cycles=_pair(st["warmup_cycles"]))
+    return Summary(
+        ranks=ranks,
+        cycles=analysis.recorded.filter(pl.col("cycle") >= 0)["cycle"].n_unique(),
+        cycle_ms_p50=totals["cycle_ms_p50"],
+        cycle_ms_mean=totals["cycle_ms_mean"],
+        cycle_ms_p90=totals["cycle_ms_p90"],
+        accept_len_mean=accept["accept_len_mean"] if accept else totals["accept_len_mean"],
+        accept=Acceptance(**accept) if accept else None,
+        tokens=totals["tokens"],
+        tokens_per_s=totals["tokens_per_s"],
+        **st,
+        profiled_cycles=_pair(_profiled(analysis)),
+        shares_note=shares_note,
+        approximate=bool(bd["approximate"].any()),
+        gpu_timed_cycles=_timed_cycles(analysis.cycles),
+        phases=phases,
+        allreduce_measured=measured,
+        allreduce_note=None if measured else NOT_MEASURED.format(ranks=ranks),
+        unknown_comm_kernels=list(analysis.unknown_comm),
+        skew={k: SkewSummary(**v) for k, v in phase_skew(skew_from(bd, coll)).items()},
+    )
 
 
 def summarize(
@@ -212,6 +221,6 @@ def summarize(
     rules: Path | RuleTable | None = None,
     impl_table: Path | None = None,
     choice: CycleChoice | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """DESIGN's summary fields (plus `cycle_ms_mean`, the steady state and `approximate`)."""
     return summary_from(analyze(run_dir, rules=rules, impl_table=impl_table), choice)

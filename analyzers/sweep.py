@@ -281,11 +281,9 @@ def measure_run(run_dir: Path, result: Path, tps_key: str = "tokens_per_s") -> R
     from tracekit.analyzers.summary import summarize
 
     program = read_program_result(result, tps_key)
-    sm: dict[str, Any] = {}
-    if (run_dir / "store").is_dir():
-        sm = summarize(run_dir)
-    tk_tps = sm.get("tokens_per_s")
-    tk_accept = sm.get("accept_len_mean")
+    sm = summarize(run_dir) if (run_dir / "store").is_dir() else None
+    tk_tps = None if sm is None else sm.tokens_per_s
+    tk_accept = None if sm is None else sm.accept_len_mean
     tps, source = program["tokens_per_s"], "program"
     if tps is None:
         tps, source = tk_tps, "tracekit"
@@ -298,7 +296,7 @@ def measure_run(run_dir: Path, result: Path, tps_key: str = "tokens_per_s") -> R
         accept_len=accept,
         accept_len_tracekit=tk_accept,
         tokens_per_s_tracekit=tk_tps,
-        cycle_ms_mean=sm.get("cycle_ms_mean"),
-        cycle_ms_p50=sm.get("cycle_ms_p50"),
-        cycles=sm.get("cycles"),
+        cycle_ms_mean=None if sm is None else sm.cycle_ms_mean,
+        cycle_ms_p50=None if sm is None else sm.cycle_ms_p50,
+        cycles=None if sm is None else sm.cycles,
     )

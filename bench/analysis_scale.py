@@ -129,7 +129,7 @@ def generate_rank(run_dir: Path, rank: int, cycles: int) -> int:
 def measure(run_dir: Path) -> dict[str, float]:
     """Run summary + breakdown in this process (called in a child)."""
     t0 = time.perf_counter()
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
     from tracekit.analyzers.summary import summary_from
     from tracekit.cli.breakdown import grouped
 
@@ -145,8 +145,8 @@ def measure(run_dir: Path) -> dict[str, float]:
         "cpu_s": cpu,
         "rss_mb": rss_mb,
         "instances": rows.height,
-        "cycles": s["cycles"],
-        "cycle_ms_p50": s["cycle_ms_p50"],
+        "cycles": s.cycles,
+        "cycle_ms_p50": s.cycle_ms_p50,
     }
 
 

@@ -33,7 +33,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from tests.outputs_synth import make_run
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
     from tracekit.analyzers.summary import summary_from
     from tracekit.distributed import start, use_engine
 

@@ -18,7 +18,7 @@ from tests.integration import incident
 from tests.unit.analyzers import scenarios
 from tests.unit.analyzers.builders import RankTrace, write_events, write_kineto
 from tracekit.analyzers.diff import diff_runs
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.skew import skew_of
 from tracekit.store.ingest import ingest
 

@@ -71,7 +71,7 @@ def _demo(run: Path) -> dict[str, Any]:
 
 
 def _breakdown(run: Path) -> Any:
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
 
     return analyze(run).breakdown
 
@@ -185,7 +185,7 @@ def test_breakeven_full_mode_matches_measured_tokens_per_s_13(
     out = json.loads(
         _tk("breakeven", "--baseline", str(base), "--spec", str(spec), "--cycles", "13:", "--json")
     )
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
 
     rec = analyze(spec).recorded
     assert float(rec["accept_len"].sum()) == _demo(spec)["tokens"]  # the server's own count

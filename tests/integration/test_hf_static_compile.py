@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.store.reader import read_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]

@@ -12,7 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tests.outputs_synth import make_run
-from tracekit.analyzers.model import RunAnalysis, analyze
+from tracekit.analyzers.run_analysis import RunAnalysis, analyze
 from tracekit.analyzers.summary import summary_from
 from tracekit.store.reader import scan_table
 

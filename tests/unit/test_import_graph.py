@@ -186,7 +186,7 @@ def test_imports_only_go_down() -> None:
         ("tracekit.cli.summary", "tracekit.analyzers.summary", True),
         ("tracekit.cli.launch", "tracekit.collectors.launcher", True),
         ("tracekit.cli.sweep", "tracekit.demo.config", True),
-        ("tracekit.report.html", "tracekit.analyzers.model", True),
+        ("tracekit.report.html", "tracekit.analyzers.run_analysis", True),
         ("tracekit.analyzers.phases", "tracekit.store.reader", True),
         ("tracekit.store.reader", "tracekit.errors", True),
         ("tracekit.store.ingest", "tracekit.distributed", True),
@@ -231,12 +231,12 @@ def test_imports_are_found_at_every_depth(tmp_path: Path) -> None:
         "from tracekit.store import layout\n"
         "from . import reader\n"
         "if TYPE_CHECKING:\n"
-        "    from tracekit.analyzers.model import RunAnalysis\n"
+        "    from tracekit.analyzers.run_analysis import RunAnalysis\n"
         "def f():\n"
         "    from tracekit.report.html import write_report\n"
         "    import json\n"
     )
-    known = {"tracekit.store.layout", "tracekit.store.reader", "tracekit.analyzers.model"}
+    known = {"tracekit.store.layout", "tracekit.store.reader", "tracekit.analyzers.run_analysis"}
     # WHEN
     found = imports_of("tracekit.store.m", mod, known)
     # THEN
@@ -244,6 +244,6 @@ def test_imports_are_found_at_every_depth(tmp_path: Path) -> None:
         "tracekit.errors",
         "tracekit.store.layout",
         "tracekit.store.reader",
-        "tracekit.analyzers.model",
+        "tracekit.analyzers.run_analysis",
         "tracekit.report.html",
     }

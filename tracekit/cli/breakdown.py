@@ -14,7 +14,7 @@ from tracekit.cli._options import analysis_options, json_option, run_dir_argumen
 if TYPE_CHECKING:
     import polars as pl
 
-    from tracekit.analyzers.model import RunAnalysis
+    from tracekit.analyzers.run_analysis import RunAnalysis
     from tracekit.analyzers.steady import CycleChoice, Steady
 
 # an instance's row: where it is, DESIGN's fields (analyzers/breakdown.py), tracekit's extras
@@ -148,7 +148,7 @@ def command(
         tracekit breakdown runs/demo --by phase --json
         tracekit breakdown runs/demo --by phase --all-cycles
     """
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
     from tracekit.analyzers.steady import decide
 
     analysis = analyze(run_dir, rules=rules, impl_table=impl_table)

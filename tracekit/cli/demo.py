@@ -280,8 +280,7 @@ def _outputs(run_dir: Path, missing: list[str]) -> dict[str, Any]:
 def _summary(run_dir: Path) -> dict[str, Any]:
     from tracekit.analyzers.summary import summarize
 
-    summary: dict[str, Any] = summarize(run_dir)
-    return summary
+    return summarize(run_dir).to_json()
 
 
 def _report(run_dir: Path) -> Path:

@@ -1,5 +1,5 @@
 """The report's model of a run (and its baseline): each run analysed once, every section built
-from that analysis (tracekit/report/model.py says what each holds).
+from that analysis (tracekit/report/section_data.py says what each holds).
 
 `build_model(run_dir, baseline=None)` analyses each run once (`analyze`) and hands the
 `RunAnalysis` to the analyzers' `*_of` functions: summary, skew, kernels, diff and break-even.
@@ -11,20 +11,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tracekit.errors import NoCyclesError, StoreError, TracekitError
 from tracekit.report import build_run, build_store
 from tracekit.report.build_run import unavailable
-from tracekit.report.model import Breakeven, Diff, DiffPhase, ManifestChange, ReportModel, Section
+from tracekit.report.section_data import (
+    Breakeven,
+    Diff,
+    DiffPhase,
+    ManifestChange,
+    ReportModel,
+    Section,
+)
 from tracekit.store import reader
 from tracekit.store.layout import check_run_dir
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from tracekit.analyzers.model import RunAnalysis
+    from tracekit.analyzers.run_analysis import RunAnalysis
     from tracekit.analyzers.steady import CycleChoice, Steady
+    from tracekit.analyzers.summary_fields import Summary
 
 
 @dataclass
@@ -33,7 +41,7 @@ class Run:
 
     run_dir: Path
     analysis: RunAnalysis | None = None
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
     steady: Steady | None = None
     error: str | None = None
     exc: BaseException | None = None
@@ -46,7 +54,7 @@ class Run:
         _check_store(run_dir, option)
         run = cls(run_dir)
         try:
-            from tracekit.analyzers.model import analyze
+            from tracekit.analyzers.run_analysis import analyze
             from tracekit.analyzers.steady import decide
             from tracekit.analyzers.summary import summary_from
 

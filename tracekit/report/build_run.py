@@ -1,8 +1,9 @@
 """The report's sections of one run's analysis: headline, per-cycle components, distributions,
 rank skew, CUDA graphs and allreduce implementations, top kernels.
 
-Figures come from the analyzers (`summary_from`, `skew_of`, `phase_skew_stats`, `rank_lag_of`,
-`graph_summary`, `kernels_of`, `device_split`; docs/DEFINITIONS.md). Still aggregated here from
+Figures come from the analyzers (`summary_from`, whose typed summary the headline holds as it
+is; `skew_of`, `phase_skew_stats`, `rank_lag_of`, `graph_summary`, `kernels_of`,
+`device_split`; docs/DEFINITIONS.md). Still aggregated here from
 the breakdown rows, having no definition in DEFINITIONS.md yet: the per-cycle means over ranks
 (over time) and the headline's share of (rank, cycle) pairs with a graph launch
 (`graph_cycle_frac`).
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.report.model import (
+from tracekit.report.section_data import (
     COMPONENTS,
     Breakeven,
     Component,
@@ -30,7 +31,6 @@ from tracekit.report.model import (
     NoCycles,
     OverTime,
     PhaseCycles,
-    PhaseRow,
     PhaseSamples,
     Section,
     SectionId,
@@ -39,7 +39,7 @@ from tracekit.report.model import (
 )
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.model import RunAnalysis
+    from tracekit.analyzers.run_analysis import RunAnalysis
     from tracekit.report.build import Run
 
 T = TypeVar("T")
@@ -101,23 +101,6 @@ def device_pct(bd: pl.DataFrame) -> dict[Component, float] | None:
     return None if split is None else {c: split[c] for c in COMPONENTS}
 
 
-def _phase_rows(phases: dict[str, dict[str, Any]]) -> list[PhaseRow]:
-    return [
-        PhaseRow(
-            phase=p,
-            count=int(v["count"]),
-            wall_ms_p50=v["wall_ms_p50"],
-            wall_ms_p90=v["wall_ms_p90"],
-            forward_pct=v["forward_pct"],
-            allreduce_pct=v["allreduce_pct"],
-            overhead_pct=v["overhead_pct"],
-            graph_replayed_frac=v.get("graph_replayed_frac"),
-            allreduce_note=v.get("allreduce_note"),
-        )
-        for p, v in sorted(phases.items())
-    ]
-
-
 def headline(run: Run, be: Breakeven | str) -> Section:
     title = "Headline"
     if run.no_cycles is not None:
@@ -128,24 +111,11 @@ def headline(run: Run, be: Breakeven | str) -> Section:
     sm = run.summary
     if sm is None or bd is None:
         return Section("headline", title, unavailable=run.error)
-    profiled = sm.get("profiled_cycles")
     data = Headline(
-        ranks=int(sm["ranks"]),
-        cycles=int(sm["cycles"]),
-        cycle_ms_p50=sm["cycle_ms_p50"],
-        cycle_ms_mean=sm["cycle_ms_mean"],
-        tokens_per_s=sm["tokens_per_s"],
-        accept_len_mean=sm["accept_len_mean"],
+        summary=sm,
         breakeven=be if isinstance(be, Breakeven) else None,
         graph_cycle_frac=graph_cycle_frac(bd),
         device_pct=device_pct(bd),
-        phases=_phase_rows(sm.get("phases", {})),
-        steady_note=sm.get("steady_note"),
-        profiled_cycles=None if not profiled else (int(profiled[0]), int(profiled[1])),
-        approximate=bool(sm.get("approximate")),
-        allreduce_measured=bool(sm.get("allreduce_measured", True)),
-        allreduce_note=sm.get("allreduce_note"),
-        unknown_comm_kernels=list(sm.get("unknown_comm_kernels") or []),
     )
     return Section("headline", title, data)
 
@@ -249,8 +219,8 @@ def graphs_allreduce(run: Run) -> Section:
         for r in graph_summary(bd).iter_rows(named=True)
     ]
     impls = []
-    for phase, v in sorted(run.summary["phases"].items()):
-        counts = v.get("allreduce_impl") or {}
+    for phase, v in sorted(run.summary.phases.items()):
+        counts = v.allreduce_impl
         if not counts:
             impls.append(ImplCount(phase, None, None))
         impls += [ImplCount(phase, impl, int(n)) for impl, n in sorted(counts.items())]

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.analyzers.sweep import Sweep
-from tracekit.report.model import (
+from tracekit.report.section_data import (
     Breakeven,
     BreakevenCurve,
     Manifest,

@@ -1,7 +1,9 @@
-"""The self-contained HTML report of a run (`tracekit report`): its model, then its page.
+"""`write_report`, the entry point of the HTML report (`tracekit report`): build its sections,
+then write its page.
 
-tracekit/report/build.py computes the report as plain data (tracekit/report/model.py) from one
-analysis of each run; tracekit/report/render.py renders the page from that data only.
+tracekit/report/build.py computes the report as plain data (tracekit/report/section_data.py)
+from one analysis of each run; tracekit/report/render.py renders the page from that data only,
+out of the escaping, number-format and table helpers of tracekit/report/html_blocks.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The report's page from its model (tracekit/report/model.py): one self-contained HTML file.
+"""The report's page from its model (tracekit/report/section_data.py): one self-contained HTML file.
 
 Tables and cards are rendered with every string escaped (tracekit/report/render_tables.py),
 plots drawn by plotly.js from one embedded JSON payload (tracekit/report/render_figures.py).
@@ -24,7 +24,8 @@ from typing import Any
 from tracekit._version import __version__
 from tracekit.analyzers.sweep import Sweep
 from tracekit.report import render_figures, render_tables
-from tracekit.report.model import (
+from tracekit.report.html_blocks import Rendered, esc
+from tracekit.report.section_data import (
     BreakevenCurve,
     Diff,
     Distributions,
@@ -40,7 +41,6 @@ from tracekit.report.model import (
     SectionId,
     Skew,
 )
-from tracekit.report.render_html import Rendered, esc
 from tracekit.report.sweep import render_sweep
 from tracekit.store.schema import SCHEMA_VERSION
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracekit.report.model import (
+from tracekit.report.html_blocks import Rendered, cycle_axis, figure, fmt, plot_text, rnd, table
+from tracekit.report.section_data import (
     COMPONENTS,
     BreakevenCurve,
     Distributions,
@@ -13,7 +14,6 @@ from tracekit.report.model import (
     OverTime,
     Skew,
 )
-from tracekit.report.render_html import Rendered, cycle_axis, figure, fmt, plot_text, rnd, table
 
 COLORS = {"forward": "#4C78A8", "allreduce": "#F58518", "overhead": "#B8B8B8"}
 

@@ -4,7 +4,10 @@ and the manifest."""
 
 from __future__ import annotations
 
-from tracekit.report.model import (
+from tracekit.analyzers.summary_fields import NOT_MEASURED_CELL, Stat
+from tracekit.report.html_blocks import Rendered, card, esc, fmt, table
+from tracekit.report.section_data import (
+    Breakeven,
     Diff,
     GraphsAllreduce,
     Headline,
@@ -13,7 +16,6 @@ from tracekit.report.model import (
     ManifestRow,
     NoCycles,
 )
-from tracekit.report.render_html import Rendered, card, esc, fmt, table
 
 DIFF_HEADERS = [
     "phase",
@@ -25,15 +27,6 @@ DIFF_HEADERS = [
     "forward delta",
     "allreduce delta",
     "overhead delta",
-]
-PHASE_HEADERS = [
-    "phase",
-    "instances",
-    "wall p50 ms",
-    "wall p90 ms",
-    "forward %",
-    "allreduce %",
-    "overhead %",
 ]
 
 
@@ -75,9 +68,9 @@ def no_cycles(n: NoCycles) -> Rendered:
 
 def lead(h: Headline) -> str:
     """One sentence: the cycle, its phases by size, and where the device time went."""
-    phases = sorted(h.phases, key=lambda p: -(p.wall_ms_p50 or 0))
-    parts = ", ".join(f"{p.phase} {fmt(p.wall_ms_p50, 1)} ms" for p in phases)
-    text = f"Cycle p50 {fmt(h.cycle_ms_p50, 1)} ms; phase p50s: {parts}."
+    phases = sorted(h.summary.phases.items(), key=lambda kv: -(kv[1].wall_ms_p50 or 0))
+    parts = ", ".join(f"{name} {fmt(p.wall_ms_p50, 1)} ms" for name, p in phases)
+    text = f"Cycle p50 {fmt(h.summary.cycle_ms_p50, 1)} ms; phase p50s: {parts}."
     if h.device_pct:
         pct = h.device_pct
         text += (
@@ -87,46 +80,62 @@ def lead(h: Headline) -> str:
     return text
 
 
-def _cards(h: Headline) -> list[str]:
-    cards = [
-        card("ranks", fmt(h.ranks)),
-        card(
-            "cycles",
-            fmt(h.cycles),
-            f"p50 {fmt(h.cycle_ms_p50, 3)} ms, mean {fmt(h.cycle_ms_mean, 3)} ms",
-        ),
-        card(
-            "tokens / s",
-            fmt(h.tokens_per_s, 1),
-            "steady-state cycles: total tokens / total time (DEFINITIONS.md)",
-        ),
-        card("acceptance length", fmt(h.accept_len_mean, 2), "tokens emitted per cycle, mean"),
-    ]
-    be = h.breakeven
-    if be is not None:
-        cards.append(
-            card(
-                "break-even acceptance length",
-                fmt(be.breakeven_accept_len, 2),
-                f"cycle {fmt(be.cycle_ms, 3)} ms / baseline step {fmt(be.baseline_ms, 3)} ms",
-            )
-        )
-        cards.append(
-            card(
-                "speedup vs plain decoding",
-                fmt(be.speedup, 2, "x"),
-                "acceptance length x baseline step / cycle",
-            )
-        )
-    else:
-        cards.append(
+def cell(st: Stat, value: object) -> str:
+    """A summary field's value as the page shows it, by its declared format."""
+    if st.counts:
+        counts = value if isinstance(value, dict) else {}
+        return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "none"
+    if value == NOT_MEASURED_CELL:
+        return NOT_MEASURED_CELL
+    return fmt(st.scaled(value), st.digits)
+
+
+def _breakeven_cards(be: Breakeven | None) -> list[str]:
+    if be is None:
+        return [
             card(
                 "break-even acceptance length", "n/a", "no plain-decoding baseline (--baseline RUN)"
             )
-        )
+        ]
+    return [
+        card(
+            "break-even acceptance length",
+            fmt(be.breakeven_accept_len, 2),
+            f"cycle {fmt(be.cycle_ms, 3)} ms / baseline step {fmt(be.baseline_ms, 3)} ms",
+        ),
+        card(
+            "speedup vs plain decoding",
+            fmt(be.speedup, 2, "x"),
+            "acceptance length x baseline step / cycle",
+        ),
+    ]
+
+
+def _cards(h: Headline) -> list[str]:
+    """The summary's lead fields by name, its other shown run fields one card each
+    (`Summary.run_stats`), then what the report adds: break-even and graph replay."""
+    sm = h.summary
+    cards = [
+        card("ranks", fmt(sm.ranks)),
+        card(
+            "cycles",
+            fmt(sm.cycles),
+            f"p50 {fmt(sm.cycle_ms_p50, 3)} ms, mean {fmt(sm.cycle_ms_mean, 3)} ms",
+        ),
+        card(
+            "tokens / s",
+            fmt(sm.tokens_per_s, 1),
+            "steady-state cycles: total tokens / total time (DEFINITIONS.md)",
+        ),
+        card("acceptance length", fmt(sm.accept_len_mean, 2), "tokens emitted per cycle, mean"),
+    ]
+    cards += [
+        card(st.label, f"{cell(st, v)} {st.unit}".strip(), st.help) for st, v in sm.run_stats()
+    ]
+    cards += _breakeven_cards(h.breakeven)
     replayed = [
-        f"{p.phase} {100 * p.graph_replayed_frac:.0f}%"
-        for p in h.phases
+        f"{name} {100 * p.graph_replayed_frac:.0f}%"
+        for name, p in sm.phases.items()
         if p.graph_replayed_frac is not None
     ]
     share = h.graph_cycle_frac
@@ -142,51 +151,46 @@ def _cards(h: Headline) -> list[str]:
 
 
 def _notes(h: Headline) -> list[str]:
+    sm = h.summary
     notes = []
-    if h.steady_note:
-        notes.append(f"Steady state: {h.steady_note}; every figure below uses it.")
-    if h.profiled_cycles:
-        a, b = h.profiled_cycles
+    if sm.steady_note:
+        notes.append(f"Steady state: {sm.steady_note}; every figure below uses it.")
+    if sm.profiled_cycles:
+        a, b = sm.profiled_cycles
         notes.append(
-            f"Full mode: cycle counts, times and acceptance from all {h.cycles} recorded "
+            f"Full mode: cycle counts, times and acceptance from all {sm.cycles} recorded "
             f"cycles; device-timeline shares from the profiled cycles {a}-{b}."
         )
-    if h.approximate:
+    if sm.approximate:
         notes.append(
             "Light-mode run: the breakdown comes from CUDA-event spans per phase, not from kernels (approximate)."
         )
-    if h.allreduce_note:
-        notes.append(h.allreduce_note)
-    if h.unknown_comm_kernels:
+    if sm.allreduce_note:
+        notes.append(sm.allreduce_note)
+    if sm.unknown_comm_kernels:
         notes.append(
             "Communication-looking kernels no allreduce implementation matched: "
-            + ", ".join(h.unknown_comm_kernels[:5])
+            + ", ".join(sm.unknown_comm_kernels[:5])
         )
     return notes
 
 
 def headline(h: Headline) -> Rendered:
+    """Lead sentence, cards, notes and the phase table: one column a shown phase field of the
+    summary (`Summary.phase_columns`, the terminal table's columns)."""
+    sm = h.summary
+    cols = sm.phase_columns()
     rows: list[list[object]] = [
-        [
-            p.phase,
-            fmt(p.count),
-            fmt(p.wall_ms_p50, 3),
-            fmt(p.wall_ms_p90, 3),
-            fmt(p.forward_pct, 1),
-            fmt(p.allreduce_pct, 1)
-            if h.allreduce_measured and p.allreduce_note is None
-            else "not measured",
-            fmt(p.overhead_pct, 1),
-        ]
-        for p in h.phases
+        [name, *(cell(c, v) for c, v in zip(cols, cells))] for name, cells in sm.phase_rows()
     ]
+    numeric = {i + 1 for i, c in enumerate(cols) if not c.counts}
     body = (
         f"<p class=lead>{esc(lead(h))}</p>"
         + "<div class=cards>"
         + "".join(_cards(h))
         + "</div>"
         + "".join(f"<p class=note>{esc(n)}</p>" for n in _notes(h))
-        + table(PHASE_HEADERS, rows, numeric={1, 2, 3, 4, 5, 6})
+        + table(["phase", *(c.header for c in cols)], rows, numeric=numeric)
     )
     return Rendered(body=body)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.analyzers.sweep import Sweep
-from tracekit.report.render_html import Rendered, esc, fmt, rnd, table
+from tracekit.report.html_blocks import Rendered, esc, fmt, rnd, table
 
 TPS_COLOR = "#4C78A8"
 CYCLE_COLOR = "#F58518"
@@ -169,8 +169,8 @@ def _table(sweep: Sweep) -> str:
 def write_sweep_page(sweep: Sweep, sweep_dir: Path, out_path: Path, *, cdn: bool = False) -> Path:
     """The sweep's own HTML page: the sweep section alone, rendered like a report."""
     from tracekit.report.build_store import sweep_section
-    from tracekit.report.model import ReportModel
     from tracekit.report.render import render
+    from tracekit.report.section_data import ReportModel
 
     model = ReportModel(
         title=f"tracekit sweep: {sweep_dir.resolve().name}",

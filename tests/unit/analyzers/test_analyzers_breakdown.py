@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from tests.unit.analyzers import scenarios
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.errors import StoreError
 
 COLS = ["rank", "cycle", "phase", "wall_ns", "forward_ns", "allreduce_ns", "overhead_ns"]

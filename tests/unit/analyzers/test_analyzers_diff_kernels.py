@@ -19,7 +19,7 @@ from tracekit.analyzers.diff import (
 )
 from tracekit.analyzers.headline import headline
 from tracekit.analyzers.kernels import kernels_of
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 
 
 def test_bootstrap_ci_is_deterministic_and_brackets_the_shift() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.analyzers.builders import write_rows
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.summary import summarize
 
 
@@ -62,7 +62,7 @@ def test_untimed_cycles_use_cpu_times_and_are_marked(tmp_path: Path) -> None:
 
 
 def test_statistics_come_from_the_timed_cycles(tmp_path: Path) -> None:
-    s = summarize(_sampled_run(tmp_path))
+    s = summarize(_sampled_run(tmp_path)).to_json()
     # cycle times from every cycle, sampled or not (DEFINITIONS "Cycle time"): cycle 0 from its
     # CPU start to its device end, 3900 - 1000 = 2900 ns; cycle 1 from there to its end, 7000 -
     # 3900 = 3100 ns (the 1000 ns host gap before it holds no phase and is shorter than a

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.analyzers.builders import RankTrace, write_events, write_rows
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.summary import IN_COMPILED, IN_GRAPH, summarize
 
 
@@ -47,7 +47,7 @@ def test_light_graph_replayed_allreduce_is_not_measured(tmp_path: Path) -> None:
     assert rows[(0, "verify")]["allreduce_measured"] is False
     assert rows[(0, "draft")]["allreduce_measured"] is True
     assert rows[(0, "draft")]["allreduce_ns"] == 500
-    s = summarize(run)
+    s = summarize(run).to_json()
     assert s["allreduce_measured"] is True  # the run saw allreduce calls (draft's)
     assert s["phases"]["verify"]["allreduce_pct"] is None
     assert s["phases"]["verify"]["allreduce_note"] == IN_GRAPH
@@ -56,7 +56,7 @@ def test_light_graph_replayed_allreduce_is_not_measured(tmp_path: Path) -> None:
 
 
 def test_light_graph_replay_on_one_rank_is_a_measured_zero(tmp_path: Path) -> None:
-    s = summarize(_light(tmp_path / "tp1", (0,)))
+    s = summarize(_light(tmp_path / "tp1", (0,))).to_json()
     assert s["phases"]["verify"]["allreduce_pct"] == 0.0
     assert s["phases"]["verify"]["allreduce_note"] is None
 
@@ -96,7 +96,7 @@ def test_light_allreduce_hidden_in_compiled_calls_is_not_measured(tmp_path: Path
     # GIVEN the TP2 light run above without graph replays, whose collectors said the allreduce
     # target ran inside torch.compile'd calls (merge's manifests row compiled/hidden_allreduce)
     run = _light(tmp_path / "compiled", (0, 1), replays=0)
-    before = summarize(run)
+    before = summarize(run).to_json()
     assert before["phases"]["verify"]["allreduce_pct"] == 0.0  # nothing says it is hidden
     for rank in (0, 1):
         write_rows(
@@ -104,7 +104,7 @@ def test_light_allreduce_hidden_in_compiled_calls_is_not_measured(tmp_path: Path
             [{"section": "compiled", "key": "hidden_allreduce", "value": "true"}],
         )  # fmt: skip
     # WHEN summarised
-    s = summarize(run)
+    s = summarize(run).to_json()
     # THEN verify (no allreduce call of its own) is not measured, draft (its call) is 50%
     assert s["phases"]["verify"]["allreduce_pct"] is None
     assert s["phases"]["verify"]["allreduce_note"] == IN_COMPILED

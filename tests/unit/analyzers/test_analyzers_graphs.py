@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.analyzers import scenarios
 from tracekit.analyzers.graphs import GRAPH_LAUNCH, cycle_replay_share, graph_summary
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 
 COLS = ["phase", "instances", "replayed", "replayed_frac", "graph_launches"]
 

@@ -50,11 +50,11 @@ def _two_rank_light(run_dir: Path, *, allreduce: bool) -> Path:
 
 
 def test_summary_marks_allreduce_not_measured(tmp_path: Path) -> None:
-    s = summarize(_two_rank_light(tmp_path / "compiled", allreduce=False))
+    s = summarize(_two_rank_light(tmp_path / "compiled", allreduce=False)).to_json()
     assert s["allreduce_measured"] is False
     assert "not measured" in s["allreduce_note"]
     assert all(p["allreduce_pct"] is None for p in s["phases"].values())
-    s = summarize(_two_rank_light(tmp_path / "eager", allreduce=True))
+    s = summarize(_two_rank_light(tmp_path / "eager", allreduce=True)).to_json()
     assert s["allreduce_measured"] is True
     assert s["allreduce_note"] is None
     # verify 2000 ns wall, 500 ns of it allreduce

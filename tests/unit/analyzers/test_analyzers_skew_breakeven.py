@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from tests.unit.analyzers import scenarios
 from tracekit.analyzers.breakeven import breakeven, breakeven_runs
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.skew import skew_of
 from tracekit.cli import cli
 from tracekit.errors import InputError

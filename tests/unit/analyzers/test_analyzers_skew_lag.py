@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tests.unit.analyzers import scenarios
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.skew import (
     LAG_COLUMNS,
     SUMMARY_SKEW_FIELDS,

@@ -127,7 +127,7 @@ def test_summary_half_run_warmup_13(tmp_path: Path) -> None:
     # GIVEN 8 cycles: 4 warm-up (40, 44, 48, 44 ms, 1 token each), then 6, 7, 6.5, 6 ms
     run = light_run(tmp_path, [40, 44, 48, 44, 6, 7, 6.5, 6], [1, 1, 1, 1, 2, 3, 2, 3])
     # WHEN
-    s = summarize(run)
+    s = summarize(run).to_json()
     # THEN the warm-up is left out and said so
     assert s["cycles"] == 8
     assert s["excluded"] == 4
@@ -143,7 +143,7 @@ def test_summary_half_run_warmup_13(tmp_path: Path) -> None:
     assert s["tokens_per_s"] == pytest.approx(10 / 0.0255)
     assert s["phases"]["verify"]["count"] == 4
     # --all-cycles: every cycle, 14 tokens in 201.5 ms
-    a = summarize(run, choice=CycleChoice("all"))
+    a = summarize(run, choice=CycleChoice("all")).to_json()
     assert (a["excluded"], a["steady_note"]) == (0, None)
     assert a["tokens_per_s"] == pytest.approx(14 / 0.2015)
 
@@ -151,7 +151,7 @@ def test_summary_half_run_warmup_13(tmp_path: Path) -> None:
 def test_summary_tokens_per_s_from_totals_not_medians_13(tmp_path: Path) -> None:
     # cycles of unequal length, 39 to 125 ms: mean 66.5 ms, median 51 ms
     run = light_run(tmp_path, [39, 45, 57, 125], [2, 2, 3, 5])
-    s = summarize(run)
+    s = summarize(run).to_json()
     assert s["excluded"] == 0  # 39 < 2 x 91 (median of 57, 125)
     assert s["cycle_ms_mean"] == pytest.approx(66.5)
     assert s["cycle_ms_p50"] == pytest.approx(51.0)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.analyzers.builders import write_rows
 from tests.unit.analyzers.test_analyzers_steady import light_run
-from tracekit.analyzers.model import analyze
+from tracekit.analyzers.run_analysis import analyze
 from tracekit.analyzers.steady import (
     mser_length,
     mser_statistic,
@@ -116,7 +116,7 @@ def test_summary_leaves_the_slow_tail_out_23(tmp_path: Path) -> None:
     ms = [30.0, 28.0, 25.0, 22.0, 21.0, 17.0, *steady(34)]
     run = light_run(tmp_path / "run", ms, [2.0] * len(ms))
     # WHEN summarised
-    s = summarize(run)
+    s = summarize(run).to_json()
     # THEN cycles 0-5 are warm-up and tokens/s is 34 x 2 tokens over the 34 steady cycles'
     # 340 ms: 200 tokens/s (the old rule kept cycle 5: 70 tokens / 357 ms = 196.1)
     assert s["warmup_cycles"] == [0, 5]
@@ -127,7 +127,7 @@ def test_worked_example_in_the_summary_23(tmp_path: Path) -> None:
     # GIVEN DEFINITIONS.md's worked example as a light-mode run
     run = light_run(tmp_path / "run", [20.0, 14.0, 10.0, 11.0, 9.0, 10.0, 11.0, 10.0])
     # WHEN summarised
-    s = summarize(run)
+    s = summarize(run).to_json()
     # THEN the fields the example names
     assert (s["cycle_selection"], s["steady_cycles"], s["warmup_cycles"]) == (
         "auto",
@@ -162,7 +162,7 @@ def test_a_new_requests_prefill_starts_a_sequence_23(tmp_path: Path) -> None:
     write_rows(run, "phases", 0, phases)
     write_rows(run, "cycles", 0, cycles)
     # WHEN summarised
-    s = summarize(run)
+    s = summarize(run).to_json()
     # THEN cycles 6, 12 and 18 start sequences (a prefill ran before them), and the warm-up
     # (cycles 0-4 by rule 2) extends to the end of its sequence: cycles 0-5; the prefills are
     # no cycle's time, so tokens/s = 36 tokens / 180.1 ms (18 steady cycles: 3 x 50 ms plus

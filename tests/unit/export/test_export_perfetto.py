@@ -225,7 +225,7 @@ def test_bad_inputs_raise_tracekit_errors(tmp_path: Path) -> None:
 
 def test_phase_and_cycle_args_carry_the_breakdown(run: tuple[Path, ReadBack]) -> None:
     # GIVEN the analyzers' breakdown of the run
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
 
     run_dir, rb = run
     bd = analyze(run_dir).breakdown
@@ -297,7 +297,7 @@ def test_phase_and_cycle_args_have_the_known_figures(run: tuple[Path, ReadBack])
 def test_an_analysis_exports_the_same_bytes_as_its_run_dir(
     run: tuple[Path, ReadBack], tmp_path: Path
 ) -> None:
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
 
     run_dir, _ = run
     out = export(analyze(run_dir), tmp_path / "a.pftrace", flows=True).path
@@ -310,7 +310,7 @@ def test_phase_args_are_joined_on_the_instance_id(tmp_path: Path) -> None:
     # 7000 + cycle (figures no phase or cycle has)
     from dataclasses import replace
 
-    from tracekit.analyzers.model import analyze
+    from tracekit.analyzers.run_analysis import analyze
 
     make_run(tmp_path, ranks=1, cycles=3, counters=False)
     analysis = analyze(tmp_path)

@@ -226,8 +226,8 @@ def test_lead_sentence_splits_the_device_time(page: str) -> None:
 
 
 def test_diff_table_renders_the_models_numbers() -> None:
-    from tracekit.report.model import Diff, DiffPhase, ManifestChange
     from tracekit.report.render_tables import diff
+    from tracekit.report.section_data import Diff, DiffPhase, ManifestChange
 
     phase = DiffPhase("draft", 1.3, 1.8, 0.5, (0.4996, 0.5004), True, 0.0, None, 0.5)
     body = diff(Diff(["draft is slower"], [phase], [ManifestChange("env", "X", "1", None)])).body

@@ -1,4 +1,4 @@
-"""The report's model (tracekit/report/model.py): every figure against a known answer.
+"""The report's model (tracekit/report/section_data.py): every figure against a known answer.
 
 Two hand-built runs: `scenarios.two_rank_gpu` (its breakdown worked out to the nanosecond in
 tests/unit/analyzers/test_analyzers_breakdown.py and docs/DEFINITIONS.md) for the per-rank
@@ -16,7 +16,7 @@ from tests.outputs_synth import make_run
 from tests.unit.analyzers import scenarios
 from tracekit.report import build_run, build_store
 from tracekit.report.build import Run, breakeven_numbers, build_model, comparison
-from tracekit.report.model import (
+from tracekit.report.section_data import (
     Breakeven,
     BreakevenCurve,
     Diff,
@@ -146,11 +146,12 @@ def test_headline_and_breakeven_known_answers(synth: tuple[Run, Run]) -> None:
     assert isinstance(be, Breakeven)
     h = build_run.headline(run, be).data
     assert isinstance(h, Headline)
-    assert (h.ranks, h.cycles) == (2, 6)
-    assert h.cycle_ms_mean == pytest.approx(11.08 / 6)
-    assert h.cycle_ms_p50 == pytest.approx(2.0)
-    assert h.accept_len_mean == pytest.approx(13 / 6)
-    assert h.tokens_per_s == pytest.approx(13 / 11.08e-3)
+    sm = h.summary  # `tracekit summary`'s typed model, as it is
+    assert (sm.ranks, sm.cycles) == (2, 6)
+    assert sm.cycle_ms_mean == pytest.approx(11.08 / 6)
+    assert sm.cycle_ms_p50 == pytest.approx(2.0)
+    assert sm.accept_len_mean == pytest.approx(13 / 6)
+    assert sm.tokens_per_s == pytest.approx(13 / 11.08e-3)
     assert be.breakeven_accept_len == pytest.approx(11.08 / 8.78)
     assert be.speedup == pytest.approx((13 / 6) * (8.78 / 6) / (11.08 / 6))
     assert h.graph_cycle_frac == 1.0  # every verify replays a graph
@@ -165,8 +166,9 @@ def test_headline_and_breakeven_known_answers(synth: tuple[Run, Run]) -> None:
             "overhead": 100 * 7280 / 11000,
         }
     )
-    draft, verify = h.phases
-    assert (draft.phase, draft.count, draft.wall_ms_p50) == ("draft", 12, pytest.approx(1.3))
+    assert list(sm.phases) == ["draft", "verify"]
+    draft, verify = sm.phases.values()
+    assert (draft.count, draft.wall_ms_p50) == (12, pytest.approx(1.3))
     assert (verify.count, verify.wall_ms_p50, verify.graph_replayed_frac) == (
         12,
         pytest.approx(0.7),
@@ -251,7 +253,7 @@ def test_diff_of_two_runs_known_answer(tmp_path: Path) -> None:
 def test_the_model_of_a_comparison_and_each_run_analysed_once(
     synth: tuple[Run, Run], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tracekit.analyzers.model as model
+    import tracekit.analyzers.run_analysis as model
 
     calls: list[int] = []
     real = model.analyze_rank
@@ -289,5 +291,5 @@ def test_a_light_run_says_what_it_lacks(tmp_path: Path) -> None:
     h = m.section("headline")
     assert h is not None
     assert isinstance(h.data, Headline)
-    assert h.data.approximate
+    assert h.data.summary.approximate
     assert h.data.breakeven is None

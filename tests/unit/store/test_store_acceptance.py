@@ -199,9 +199,12 @@ def test_merge_writes_the_steps_counts_and_summary_pools_them_once_per_cycle(
     from tracekit.cli.summary import accept_line
 
     sm = summarize(tmp_path, choice=CycleChoice("all"))
-    assert sm["accept_len_mean"] == pytest.approx(3.0)
-    assert sm["accept"]["accept_rate_per_pos"] == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
-    assert accept_line(sm["accept"]) == (
+    assert sm.accept_len_mean == pytest.approx(3.0)
+    assert sm.accept is not None
+    assert sm.to_json()["accept"]["accept_rate_per_pos"] == pytest.approx(
+        [2 / 3, 2 / 3, 1 / 3, 1 / 3]
+    )
+    assert accept_line(sm.accept) == (
         "Acceptance pooled over 3 drafting request(s) in 2 step(s): 1 + 6 accepted / 3 drafts; "
         "rate 0.500 of 12 drafted; per position 0.667 0.667 0.333 0.333; 2.00 requests a step."
     )

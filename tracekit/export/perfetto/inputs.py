@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     import polars as pl
 
     from tracekit.analyzers.allreduce import ImplTable
-    from tracekit.analyzers.model import RankAnalysis
     from tracekit.analyzers.rules import RuleTable
+    from tracekit.analyzers.run_analysis import RankAnalysis
 
 
 @dataclass
@@ -58,7 +58,7 @@ class RankAnalyser:
     ) -> tuple[RankAnalysis | None, str]:
         """The rank's analysis from `events` (None: the rank has none), and the note for a
         rank without one: no phases, or the error reading or analysing them."""
-        from tracekit.analyzers.model import analyze_rank
+        from tracekit.analyzers.run_analysis import analyze_rank
 
         try:
             ra = analyze_rank(run_dir, rank, self.rules, self.table, events=events, recorded=False)

@@ -1,4 +1,4 @@
-"""The rank's `cycles` and `phases` tracks, from its analysis (analyzers/model.py).
+"""The rank's `cycles` and `phases` tracks, from its analysis (analyzers/run_analysis.py).
 
 `cycles`: one slice a cycle (args: accept_len; with breakdown rows, wall_ns from the cycle
 frame and forward/allreduce/overhead ns summed from the breakdown, graph_replayed,
@@ -18,7 +18,7 @@ from tracekit.store import reader
 if TYPE_CHECKING:
     import polars as pl
 
-    from tracekit.analyzers.model import RankAnalysis
+    from tracekit.analyzers.run_analysis import RankAnalysis
     from tracekit.export.perfetto.rank import RankExport
     from tracekit.export.perfetto.slices import Slices
 

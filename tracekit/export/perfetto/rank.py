@@ -143,7 +143,7 @@ class RankExport:
 
         The rank's events are read here, once (the export's columns and the analysis's);
         with an analyser (`RankWork.analyser`) the rank's analysis is built from that read."""
-        from tracekit.analyzers.model import rank_events
+        from tracekit.analyzers.run_analysis import rank_events
 
         an = self.work.analyser
         events = rank_events(self.run_dir, self.rank, also=EXPORT_COLUMNS)

@@ -28,7 +28,7 @@ from tracekit.export.perfetto.writer import Writer
 from tracekit.store import reader
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.model import RankAnalysis, RunAnalysis
+    from tracekit.analyzers.run_analysis import RankAnalysis, RunAnalysis
 
 
 def write_perfetto(

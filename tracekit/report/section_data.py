@@ -9,9 +9,10 @@ says why in `unavailable`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from tracekit.analyzers.summary_fields import Summary
 from tracekit.analyzers.sweep import Sweep
 
 SectionId = Literal[
@@ -68,21 +69,6 @@ class Diff:
 
 
 @dataclass(frozen=True)
-class PhaseRow:
-    """One phase of `tracekit summary` (steady-state cycles)."""
-
-    phase: str
-    count: int
-    wall_ms_p50: float | None
-    wall_ms_p90: float | None
-    forward_pct: float | None
-    allreduce_pct: float | None  # None when not measured (see Headline.allreduce_measured)
-    overhead_pct: float | None
-    graph_replayed_frac: float | None
-    allreduce_note: str | None = None  # why this phase's allreduce is not measured
-
-
-@dataclass(frozen=True)
 class Breakeven:
     """`tracekit breakeven --baseline BASE --spec RUN` (steady-state totals)."""
 
@@ -95,22 +81,13 @@ class Breakeven:
 
 @dataclass(frozen=True)
 class Headline:
-    ranks: int
-    cycles: int
-    cycle_ms_p50: float | None
-    cycle_ms_mean: float | None
-    tokens_per_s: float | None
-    accept_len_mean: float | None
+    """The run's summary (`tracekit summary`'s, the same typed model: its cards and phase table
+    are rendered from its declared fields) and what only the report adds to it."""
+
+    summary: Summary
     breakeven: Breakeven | None  # None without a plain-decoding baseline
     graph_cycle_frac: float | None  # share of (rank, cycle) with a graph launch
     device_pct: dict[Component, float] | None  # of the device time; None when there is none
-    phases: list[PhaseRow]  # by phase name
-    steady_note: str | None = None
-    profiled_cycles: tuple[int, int] | None = None
-    approximate: bool = False
-    allreduce_measured: bool = True
-    allreduce_note: str | None = None
-    unknown_comm_kernels: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
