@@ -245,21 +245,25 @@ class Boundaries:
 
 
 def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> Callable[..., Any]:
-    """The compiled callable's wrapper: its site known, a plain `enter` / call / `exit`; not
-    yet (it may compile now), the call's start is kept for a record made when it returns."""
+    """The compiled callable's wrapper: the thread's current compiled call set around the call,
+    and the call recorded. Its site known, a plain `enter` / call / `exit`; not yet (Dynamo may
+    trace it now and `traced` attach a site), the call's start is kept and the call recorded
+    when it returns, from its start."""
     enter, leave = rec.enter, rec.exit
     marker: list[Any] = [b, None, False]  # this thread's current call, once `b.site` is known
     from tracekit.collectors.recording.state import now_ns
 
     def call(*args: Any, **kwargs: Any) -> Any:
         site = b.site
-        if site is None:  # also while recording is off: a compile now must find its caller
-            return _discovering(compiled, b, rec, now_ns, args, kwargs)
-        if not rec.active:
+        if site is not None and not rec.active:
             return compiled(*args, **kwargs)
         prev = getattr(_tls, "call", None)
-        fr = enter(site)
-        _tls.call = marker
+        late: tuple[int, int] | None = None
+        if site is not None:
+            me, fr = marker, enter(site)
+        else:  # also while recording is off: a compile now must find its caller
+            me, fr, late = [b, None, False], None, _late_start(rec, now_ns)
+        _tls.call = me
         ok = False
         result = None
         try:
@@ -267,42 +271,32 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
             ok = True
         finally:
             _tls.call = prev
-            if fr is not None:
+            if late is not None:
+                site, fr = _compiled_now(rec, b, me, *late)
+            if fr is not None and site is not None:
                 leave(fr, ok, result, b.exit_args(site, args), kwargs)
         return result
 
     return call
 
 
-def _discovering(
-    compiled: Callable[..., Any],
-    b: Boundary,
-    rec: Recorder,
-    now_ns: Callable[[], int],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> Any:
-    """A call of a compiled callable whose site is not known: Dynamo may trace it now (and
-    `traced` attach a site); then the call is recorded when it returns, from its start."""
-    prev = getattr(_tls, "call", None)
+def _late_start(rec: Recorder, now_ns: Callable[[], int]) -> tuple[int, int]:
+    """(start, replay count) of a call whose site is not known yet, kept for `_compiled_now`."""
     ts = getattr(rec._loc, "ts", None)
     rep0 = ts.replays if ts is not None else 0
-    start = now_ns()
-    me: list[Any] = [b, None, False]
-    _tls.call = me
-    ok = False
-    result = None
-    try:
-        result = compiled(*args, **kwargs)
-        ok = True
-    finally:
-        _tls.call = prev
-        site = b.site
-        if me[2] and site is not None and rec.active:
-            fr = _late_frame(rec, site, start, rep0)
-            if fr is not None:
-                rec.exit(fr, ok, result, b.exit_args(site, args), kwargs)
-    return result
+    return now_ns(), rep0
+
+
+def _compiled_now(
+    rec: Recorder, b: Boundary, me: list[Any], start: int, rep0: int
+) -> tuple[Site | None, Any]:
+    """After a call whose site was not known: (its site, its frame) when Dynamo traced it
+    during the call (`traced` marked `me` and attached the site) and recording is on, else
+    (site, None): nothing to record."""
+    site = b.site
+    if me[2] and site is not None and rec.active:
+        return site, _late_frame(rec, site, start, rep0)
+    return site, None
 
 
 def _late_frame(rec: Recorder, site: Site, start: int, rep0: int) -> Any:

@@ -1,6 +1,6 @@
 """One poll of a running (or finished) run: new phase instances and cycles, per rank.
 
-`LiveFeed` joins the tail (`tail.py`) and the rules (`model.py`) and resolves each process to
+`LiveFeed` joins the tail (`tail.py`) and the rules (`instances.py`) and resolves each process to
 its rank the way merge does: the torch.distributed rank it recorded, else `RANK`; a single
 process with records and no rank is rank 0. A process's batches wait (bounded) until its rank
 is known: it is written in `process.json` right after the first flush.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracekit.live.model import Cycle, CycleRule, Instance, LiveModel
+from tracekit.live.instances import Cycle, CycleRule, Instance, LiveModel
 from tracekit.live.tail import ProcessTail, RunTail
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from tracekit.cli import cli
 from tracekit.live.feed import LiveFeed, Polled
-from tracekit.live.model import Cycle, Instance, nested
+from tracekit.live.instances import Cycle, Instance, nested
 from tracekit.live.render import render
 from tracekit.live.snapshot import TopState, quantile
 from tracekit.live.tail import ProcessTail
