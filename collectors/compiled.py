@@ -255,14 +255,14 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
 
     def call(*args: Any, **kwargs: Any) -> Any:
         site = b.site
-        if site is not None and not rec.active:
+        late: tuple[int, int] | None
+        if site is None:  # also while recording is off: a compile now must find its caller
+            me, fr, late = [b, None, False], None, _late_start(rec, now_ns)
+        elif rec.active:
+            me, fr, late = marker, enter(site), None
+        else:
             return compiled(*args, **kwargs)
         prev = getattr(_tls, "call", None)
-        late: tuple[int, int] | None = None
-        if site is not None:
-            me, fr = marker, enter(site)
-        else:  # also while recording is off: a compile now must find its caller
-            me, fr, late = [b, None, False], None, _late_start(rec, now_ns)
         _tls.call = me
         ok = False
         result = None
