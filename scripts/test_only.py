@@ -15,12 +15,14 @@ The package and the tools around it (bench/, scripts/) count as users; tests/ do
 
     python scripts/test_only.py            # path:line name  [tests: N], then a count
     python scripts/test_only.py --unused   # also those that nothing reads, tests included
+    python scripts/test_only.py --check    # exit status 1 when it lists any (for CI)
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import re
 import sys
 from collections import Counter
@@ -33,6 +35,9 @@ TOOLS = ("bench", "scripts")
 TESTS = ("tests",)
 TARGET = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_][\w.]*)")
 PLAIN = ("staticmethod", "classmethod")
+# methods a base outside the project calls by a name it builds (http.server's `do_GET`,
+# ast.NodeVisitor's `visit_Name`)
+DISPATCHED = ("do_", "visit_")
 
 
 @dataclass(frozen=True)
@@ -77,12 +82,49 @@ def _methods_by_class() -> dict[str, set[str]]:
     return out
 
 
-def _called_by_base(cls: ast.ClassDef, name: str, project: dict[str, set[str]]) -> bool:
+def _outside_base(base: ast.expr, imports: dict[str, str]) -> object | None:
+    """The class a base outside the project names, when it imports (the standard library's:
+    `importlib.abc.MetaPathFinder`, `Thread` from `from threading import Thread`), else None."""
+    dotted = ast.unparse(base).split("[")[0]
+    head, _, rest = dotted.partition(".")
+    dotted = f"{imports[head]}.{rest}".rstrip(".") if head in imports else dotted
+    module, _, attr = dotted.rpartition(".")
+    if not module or module.split(".")[0] in ("tracekit", "collectors", "analyzers"):
+        return None
+    try:
+        return getattr(importlib.import_module(module), attr, None)
+    except Exception:  # anything an import may raise: unknown, so kept
+        return None
+
+
+def _imports(tree: ast.Module) -> dict[str, str]:
+    """Local name -> dotted name it was imported as."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def _called_by_base(
+    cls: ast.ClassDef, name: str, project: dict[str, set[str]], imports: dict[str, str]
+) -> bool:
+    """Whether a base of `cls` may call its method `name`: a project base that has a method
+    of that name, or a base outside the project that has that attribute or cannot be read."""
     for base in cls.bases:
         b = ast.unparse(base).rsplit(".", 1)[-1].split("[")[0]
         if b in ("object", "Protocol", "Generic"):
             continue
-        if b not in project or name in project[b]:
+        if b in project:
+            if name in project[b]:
+                return True
+            continue
+        outside = _outside_base(base, imports)
+        if outside is None or hasattr(outside, name) or name.startswith(DISPATCHED):
             return True
     return False
 
@@ -94,6 +136,7 @@ def definitions() -> list[Definition]:
     for path in _files(PACKAGE):
         module = module_of(path)
         tree = _parse(path)
+        imports = _imports(tree)
         scopes: list[tuple[ast.AST, ast.ClassDef | None]] = [(tree, None)]
         scopes += [(n, n) for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
         for scope, cls in scopes:
@@ -104,7 +147,7 @@ def definitions() -> list[Definition]:
                     continue
                 if any(ast.unparse(d) not in PLAIN for d in fn.decorator_list):
                     continue
-                if cls is not None and _called_by_base(cls, fn.name, project):
+                if cls is not None and _called_by_base(cls, fn.name, project, imports):
                     continue
                 name = cls.name if cls is not None else None
                 out.append(Definition(path, fn.lineno, module, name, fn.name))
@@ -166,6 +209,7 @@ def uses_in(path: Path, modules: set[str]) -> Uses:
                 uses.functions[(mod, node.attr)] += 1
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             uses.functions[(own, node.id)] += 1
+            uses.attributes[node.id] += 1  # a method named in its class's body
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in ("getattr", "hasattr") and len(node.args) > 1:
                 arg = node.args[1]
@@ -198,6 +242,7 @@ def _used(d: Definition, uses: Uses) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--unused", action="store_true", help="also list what nothing reads")
+    parser.add_argument("--check", action="store_true", help="exit 1 when any is listed (CI)")
     parser.add_argument("--root", type=Path, default=None, help="the checkout [this one]")
     args = parser.parse_args(argv)
     global ROOT
@@ -220,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         name = f"{d.cls}.{d.name}" if d.cls else d.name
         print(f"{d.path.relative_to(ROOT)}:{d.line} {name}  [tests: {_used(d, tested)}]")
     print(f"{found} functions read only by tests" + (" or by nothing" if args.unused else ""))
-    return 0
+    return 1 if args.check and found else 0
 
 
 if __name__ == "__main__":
