@@ -13,9 +13,9 @@ import torch
 
 from tracekit.demo.config import preset
 from tracekit.demo.draft import DraftHead
-from tracekit.demo.model import TargetModel
 from tracekit.demo.parallel import TensorParallelGroup
 from tracekit.demo.speculative import SpeculativeDecoder
+from tracekit.demo.target_model import TargetModel
 
 
 def mean_accept(divergence: float, k: int, requests: int = 8, cycles: int = 20) -> float:

@@ -22,9 +22,9 @@ def equivalence() -> None:
 
     from tracekit.demo.config import preset
     from tracekit.demo.draft import DraftHead
-    from tracekit.demo.model import TargetModel
     from tracekit.demo.parallel import TensorParallelGroup
     from tracekit.demo.speculative import BaselineDecoder, SpeculativeDecoder
+    from tracekit.demo.target_model import TargetModel
 
     cfg = preset("small")
     group = TensorParallelGroup()

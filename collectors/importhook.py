@@ -99,10 +99,6 @@ class PostImportHook(importlib.abc.MetaPathFinder):
         if self not in sys.meta_path:
             sys.meta_path.insert(0, self)
 
-    def uninstall(self) -> None:
-        while self in sys.meta_path:
-            sys.meta_path.remove(self)
-
 
 def _is_initialised(module: ModuleType) -> bool:
     spec = getattr(module, "__spec__", None)

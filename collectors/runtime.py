@@ -184,6 +184,27 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     raw = Path(run_dir) / "raw"
     phases_path = os.environ.get(ENV_PHASES) or str(raw / "phasemap.toml")
     pmap = phasemap.load(phases_path, source=os.environ.get(ENV_PHASES_SOURCE) or None)
+    rec = _recorder(raw, pmap, via)
+    native.say_once()  # the extension did not load: the Python path, said once a process
+    hook = PostImportHook()
+    rt = Runtime(rec, hook, pmap)
+    _RUNTIME = rt
+    rec._write_process()
+    _register_hooks(rt, hook, pmap)
+    atexit.register(rec.close)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+    rec.on_deferred_signal = _die_of
+    _install_signals()
+    return rt
+
+
+def _recorder(raw: Path, pmap: phasemap.PhaseMap, via: str) -> Recorder:
+    """The process's recorder, configured from the launcher's environment, with its
+    process.json facts and, in full mode, its profiler window."""
     mode: Mode = "full" if os.environ.get(ENV_MODE, "light") == "full" else "light"
     config = RecorderConfig(
         raw_dir=raw,
@@ -225,11 +246,13 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
 
         window = CycleWindow.parse(os.environ.get(ENV_PROFILE_CYCLES, "2:3"))
         rec.profile = ProfileWindow(window, rec.dir, require=pmap.cycle.require)
-    native.say_once()  # the extension did not load: the Python path, said once a process
-    hook = PostImportHook()
-    rt = Runtime(rec, hook, pmap)
-    _RUNTIME = rt
-    rec._write_process()
+    return rec
+
+
+def _register_hooks(rt: Runtime, hook: PostImportHook, pmap: phasemap.PhaseMap) -> None:
+    """What to do as each module is imported: patch the map's phase sites, probe its
+    components, patch CUDA graphs, wrap torch.compile's boundaries, follow multiprocessing;
+    then install the import hook."""
     for module, sites in pmap.sites().items():
         hook.register(module, functools.partial(rt.patch_module, sites))
     probes: dict[str, list[phasemap.ComponentSpec]] = {}
@@ -240,20 +263,11 @@ def activate(*, via: str = "sitecustomize") -> Runtime | None:
     hook.register(GRAPH_MODULE, rt.patch_graphs)
     from tracekit.collectors import compiled
 
-    boundaries = compiled.Boundaries(rec)
+    boundaries = compiled.Boundaries(rt.recorder)
     boundaries.install()
     hook.register(compiled.EVAL_FRAME_MODULE, functools.partial(_install_boundaries, boundaries))
     hook.register("multiprocessing.util", rt.mp_util_imported)
     hook.install()
-    atexit.register(rec.close)
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
-    rec.on_deferred_signal = _die_of
-    _install_signals()
-    return rt
 
 
 def _install_boundaries(boundaries: Any, module: ModuleType) -> None:

@@ -204,7 +204,3 @@ def install(module: object, site: Site, hooks: Hooks) -> Installed | None:
         new = classmethod(wrapped)
     setattr(owner, attr, new)
     return Installed(str(site.target), owner, attr, raw)
-
-
-def uninstall(installed: Installed) -> None:
-    setattr(installed.owner, installed.attr, installed.original)

@@ -1,7 +1,9 @@
 """Run by tests/unit/test_package.py in a fresh interpreter: import every module of tracekit,
 its collectors and analyzers, then the project imports of each `if TYPE_CHECKING:` block, and
-print (JSON) how many project files were loaded, the files loaded under more than one name and
-the names outside `tracekit.` that project files were loaded under.
+print (JSON) how many project files were loaded, the files loaded under more than one name,
+the names outside `tracekit.` that project files were loaded under and the names of the
+project's Python modules loaded. Modules named on the command line are imported first (the
+test's own check that a module imported under a second name is seen).
 
 The project files are those of the folders `tracekit`, `tracekit.collectors` and
 `tracekit.analyzers` were imported from: the checkout's `tracekit/`, `collectors/`,
@@ -73,6 +75,8 @@ def _project_files() -> dict[Path, list[str]]:
 
 
 def main() -> None:
+    for name in sys.argv[1:]:
+        importlib.import_module(name)
     for pkg in PACKAGES:
         for name in _modules(pkg):
             importlib.import_module(name)
@@ -91,6 +95,7 @@ def main() -> None:
                     n for ns in files.values() for n in ns if n.split(".")[0] != "tracekit"
                 ),
                 "typing_imports": sum(len(_typing_imports(p)) for p in files),
+                "modules": sorted(n for p, ns in files.items() if p.suffix == ".py" for n in ns),
             }
         )
     )

@@ -204,7 +204,7 @@ def test_imports_only_go_down() -> None:
         ("tracekit.demo.server", "tracekit.demo.options", True),
         ("tracekit.store.merge", "tracekit.analyzers.cycles", False),  # up
         ("tracekit.analyzers.summary", "tracekit.report.html", False),  # up
-        ("tracekit.export.perfetto", "tracekit.cli._analysis", False),  # up
+        ("tracekit.export.perfetto", "tracekit.cli._output", False),  # up
         ("tracekit.errors", "tracekit.store.schema", False),  # neutral is the bottom
         ("tracekit.collectors.recorder", "tracekit.store.schema", False),  # only raw
         ("tracekit.store.merge", "tracekit.collectors.recorder", False),  # store -> server

@@ -9,8 +9,10 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,46 +185,97 @@ def test_wheel_imports_and_runs(installed: Path, tmp_path: Path) -> None:
     assert "temporal" in helped.stdout
 
 
-def _module_names(env: dict[str, str], cwd: Path) -> dict[str, object]:
-    """module_names.py's report, run in a fresh interpreter from `cwd`."""
+def _module_names(
+    env: dict[str, str], cwd: Path, *, bare: bool = False, first: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """module_names.py's report, run in a fresh interpreter from `cwd` (importing the modules
+    `first` before the package's). `bare`: as from a checkout nothing is installed from: the
+    interpreter reads no .pth file (`-S`: no editable-install finder), the dependencies'
+    folders are on its path as plain folders, and the checkout is found from `cwd` alone."""
     run = f"import runpy; runpy.run_path({str(MODULE_NAMES)!r}, run_name='__main__')"
+    python = [sys.executable]
+    if bare:
+        paths = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+        run = (
+            f"import sys; sys.path += {paths!r};"
+            "assert not [f for f in sys.meta_path if 'Editable' in repr(f)], sys.meta_path;" + run
+        )
+        python.append("-S")
     proc = subprocess.run(
-        [sys.executable, "-c", run], env=env, cwd=cwd, capture_output=True, text=True, check=False
+        [*python, "-c", run, *first], env=env, cwd=cwd, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report: dict[str, object] = json.loads(proc.stdout.splitlines()[-1])
+    report: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
     return report
 
 
-@pytest.mark.slow
-def test_each_module_loads_once_under_one_name_from_the_checkout() -> None:
-    # GIVEN the source checkout (the editable install), run from its root: `collectors` and
-    # `analyzers` are importable as top-level names there too
-    # WHEN every module and every project import of the `if TYPE_CHECKING:` blocks is loaded
-    report = _module_names(dict(os.environ), REPO)
-    # THEN each file is one module object, named tracekit.*
+def _assert_one_name_each(report: dict[str, Any], roots: list[str]) -> None:
+    """Each project file is one module object, named tracekit.*, loaded from `roots`; the
+    project imports of the `if TYPE_CHECKING:` blocks were run too."""
     assert report["twice"] == {}
     assert report["outside"] == []
-    assert report["roots"] == [str(REPO / d) for d in ("tracekit", "collectors", "analyzers")]
-    assert isinstance(report["files"], int)
+    assert report["roots"] == roots
     assert report["files"] > 100
-    assert isinstance(report["typing_imports"], int)
     assert report["typing_imports"] > 10
+
+
+CHECKOUT_ROOTS = [str(REPO / d) for d in ("tracekit", "collectors", "analyzers")]
+
+
+@pytest.fixture(scope="module")
+def checkout_report() -> dict[str, Any]:
+    """From the checkout's root, through the editable install's finder as set up by `make`."""
+    return _module_names(dict(os.environ), REPO)
+
+
+@pytest.mark.slow
+def test_each_module_loads_once_under_one_name_from_the_checkout(
+    checkout_report: dict[str, Any], tmp_path: Path
+) -> None:
+    # GIVEN the source checkout, run from its root (`collectors` and `analyzers` are importable
+    # as top-level names there too), and the editable install, run from elsewhere
+    # WHEN every module and every project import of the `if TYPE_CHECKING:` blocks is loaded
+    # THEN each file is one module object, named tracekit.*, from the checkout's folders
+    _assert_one_name_each(checkout_report, CHECKOUT_ROOTS)
+    elsewhere = _module_names(dict(os.environ), tmp_path)
+    _assert_one_name_each(elsewhere, CHECKOUT_ROOTS)
+    assert elsewhere["modules"] == checkout_report["modules"]
+
+
+@pytest.mark.slow
+def test_each_module_loads_once_under_one_name_from_a_bare_checkout(
+    checkout_report: dict[str, Any],
+) -> None:
+    # GIVEN a checkout nothing is installed from (no editable finder to fall back on): only
+    # tracekit/_checkout.py maps collectors/ and analyzers/ to their names
+    report = _module_names(dict(os.environ), REPO, bare=True)
+    # THEN the same modules load, once each, under the same names
+    _assert_one_name_each(report, CHECKOUT_ROOTS)
+    assert report["modules"] == checkout_report["modules"]
+
+
+@pytest.mark.slow
+def test_a_module_loaded_under_its_folder_name_is_reported() -> None:
+    # the check above can fail: in a checkout `collectors.accept` is importable by its folder
+    # name, and a module imported so is a second module object of the same file
+    report = _module_names(dict(os.environ), REPO, bare=True, first=("collectors.accept",))
+    assert report["twice"] == {
+        str(REPO / "collectors" / "__init__.py"): ["collectors", "tracekit.collectors"],
+        str(REPO / "collectors" / "accept.py"): ["collectors.accept", "tracekit.collectors.accept"],
+    }
+    assert report["outside"] == ["collectors", "collectors.accept"]
 
 
 @pytest.mark.slow
 def test_each_module_loads_once_under_one_name_from_the_wheel(
-    installed: Path, tmp_path: Path
+    installed: Path, tmp_path: Path, checkout_report: dict[str, Any]
 ) -> None:
     # cwd outside the checkout, so the source tree cannot shadow the installed copy
     report = _module_names({**os.environ, "PYTHONPATH": str(installed)}, tmp_path)
-    assert report["twice"] == {}
-    assert report["outside"] == []
-    assert isinstance(report["roots"], list)
-    assert len(report["roots"]) == 3
-    assert all(root.startswith(str(installed)) for root in report["roots"])
-    assert isinstance(report["files"], int)
-    assert report["files"] > 100
+    package = installed.resolve() / "tracekit"
+    _assert_one_name_each(report, [str(package / d) for d in ("", "collectors", "analyzers")])
+    # the wheel's modules are the checkout's, under the same names
+    assert report["modules"] == checkout_report["modules"]
 
 
 def _imports_of(path: Path) -> list[tuple[int, str]]:

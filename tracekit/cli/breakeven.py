@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.cli._analysis import echo_json, echo_note, fmt
 from tracekit.cli._options import cycles_option, json_option, run_dir_option
+from tracekit.cli._output import echo_json, echo_note, fmt
 from tracekit.errors import CommandError
 
 if TYPE_CHECKING:

@@ -121,12 +121,7 @@ def command(
         tracekit demo --compile --ranks 2 --mode light
     """
     started = time.perf_counter()
-    if importlib.util.find_spec("torch") is None:  # the `collect` extra, not a core dependency
-        msg = (
-            "`torch` is required for `tracekit demo`. Please install using the command "
-            "`pip install 'tracekit-spec[collect]'`"
-        )
-        raise MissingDependencyError(msg)
+    _require_torch()
     if ranks is None and device == "cpu":
         ranks = 8
     size: ModelSize = model_size or ("tiny" if device == "cpu" else "large")
@@ -148,30 +143,46 @@ def command(
     if run_dir.exists():
         msg = f"run directory already exists, will not overwrite: {run_dir}; pick another --name"
         raise InputError(msg)
-
+    launch = [
+        sys.executable, "-m", "tracekit", "launch", "--adapter", "demo",
+        "--mode", mode, "--out", str(out), "--name", name,
+    ]  # fmt: skip
+    if mode == "full":
+        launch += ["--profile-cycles", profile_cycles]
     with tempfile.TemporaryDirectory(prefix="tracekit-demo-") as tmp:
         result_tmp = Path(tmp) / RESULT_NAME
         server = _server_command(
             ranks, device, cycles, size, result_tmp, baseline, draft_tokens, verify_mode,
             simulate_accept_len, compile_target,
         )  # fmt: skip
-        missing: list[str] = []
-        cmd = [
-            sys.executable, "-m", "tracekit", "launch", "--adapter", "demo",
-            "--mode", mode, "--out", str(out), "--name", name,
-        ]  # fmt: skip
-        if mode == "full":
-            cmd += ["--profile-cycles", profile_cycles]
-        code = _run([*cmd, "--", *server])
-        if code != 0:
-            msg = f"the demo exited with code {code}; its messages are above"
-            raise CommandError(msg, exit_code=code if code > 0 else 1)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        server_result: dict[str, Any] = json.loads(result_tmp.read_text(encoding="utf-8"))
-        (run_dir / RESULT_NAME).write_text(json.dumps(server_result, indent=2) + "\n")
-
+        server_result = _launch_demo([*launch, "--", *server], result_tmp, run_dir)
+    missing: list[str] = []
     outputs = _outputs(run_dir, missing)
     _print_summary(run_dir, server_result, outputs, missing, time.perf_counter() - started)
+
+
+def _require_torch() -> None:
+    """MissingDependencyError unless torch is installed (the `collect` extra, not a core
+    dependency)."""
+    if importlib.util.find_spec("torch") is None:
+        msg = (
+            "`torch` is required for `tracekit demo`. Please install using the command "
+            "`pip install 'tracekit-spec[collect]'`"
+        )
+        raise MissingDependencyError(msg)
+
+
+def _launch_demo(cmd: list[str], result_tmp: Path, run_dir: Path) -> dict[str, Any]:
+    """Run `tracekit launch ... -- <demo server>` (`cmd`); copy the server's result
+    (`result_tmp`) into the run directory and return it. CommandError when the launch failed."""
+    code = _run(cmd)
+    if code != 0:
+        msg = f"the demo exited with code {code}; its messages are above"
+        raise CommandError(msg, exit_code=code if code > 0 else 1)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    server_result: dict[str, Any] = json.loads(result_tmp.read_text(encoding="utf-8"))
+    (run_dir / RESULT_NAME).write_text(json.dumps(server_result, indent=2) + "\n")
+    return server_result
 
 
 def _server_command(

@@ -148,12 +148,12 @@ def command(
     """
     import sys
 
+    from tracekit.cli._sizes import parse_size
     from tracekit.collectors import phasemap
     from tracekit.collectors import runtime as rt
     from tracekit.errors import CollectorError
     from tracekit.launch.launcher import launch
     from tracekit.launch.options import LaunchOptions
-    from tracekit.live.sizes import parse_size
 
     if adapter and phases_file:
         msg = "--adapter and --phases cannot be used together; keep one"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli._analysis import echo_json
 from tracekit.cli._options import (
     engine_options,
     json_option,
     output_option,
     run_dir_argument,
 )
+from tracekit.cli._output import echo_json
 
 
 @click.command(name="merge")

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracekit.analyzers.summary_fields import NOT_MEASURED_CELL
-from tracekit.cli._analysis import echo_json, echo_note, fmt
 from tracekit.cli._console import make_console, new_table, print_table
 from tracekit.cli._options import analysis_options, json_option, run_dir_argument
+from tracekit.cli._output import echo_json, echo_note, fmt
 
 if TYPE_CHECKING:
     from rich.table import Table

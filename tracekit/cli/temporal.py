@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from tracekit.cli._analysis import echo_json, fmt
 from tracekit.cli._console import make_console, new_table, print_table
 from tracekit.cli._options import json_option, run_dir_argument
+from tracekit.cli._output import echo_json, fmt
 
 
 def render(rows: list[dict[str, Any]], *, hta_rounding: bool) -> None:

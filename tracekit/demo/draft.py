@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from tracekit.demo.config import ModelConfig
-from tracekit.demo.model import DecoderLayer, KVCache, ShardSpec, TargetModel, init_weight
 from tracekit.demo.parallel import TensorParallelGroup
+from tracekit.demo.target_model import DecoderLayer, KVCache, ShardSpec, TargetModel, init_weight
 
 # Scale of the draft layer's own residual branches and of the noise on its fusion layer.
 DRAFT_BRANCH_SCALE = 0.05

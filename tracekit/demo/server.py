@@ -78,9 +78,9 @@ def _build(rank: int, opts: DemoOptions, backend: str) -> _Rank:
     import torch
 
     from tracekit.demo.draft import DraftHead
-    from tracekit.demo.model import TargetModel
     from tracekit.demo.parallel import TensorParallelGroup
     from tracekit.demo.speculative import BaselineDecoder, SpeculativeDecoder
+    from tracekit.demo.target_model import TargetModel
 
     cfg = opts.model_config()
     if opts.device == "cuda":

@@ -30,7 +30,7 @@ import torch
 
 from tracekit.demo.draft import DraftHead
 from tracekit.demo.graphs import GraphRunner
-from tracekit.demo.model import KVCache, TargetModel
+from tracekit.demo.target_model import KVCache, TargetModel
 
 VERIFY_MODES = ("extend", "graph")
 

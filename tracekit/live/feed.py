@@ -1,6 +1,6 @@
 """One poll of a running (or finished) run: new phase instances and cycles, per rank.
 
-`LiveFeed` joins the tail (`tail.py`) and the rules (`model.py`) and resolves each process to
+`LiveFeed` joins the tail (`tail.py`) and the rules (`instances.py`) and resolves each process to
 its rank the way merge does: the torch.distributed rank it recorded, else `RANK`; a single
 process with records and no rank is rank 0. A process's batches wait (bounded) until its rank
 is known: it is written in `process.json` right after the first flush.
@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracekit.live.model import Cycle, CycleRule, Instance, LiveModel
+from tracekit.live.instances import Cycle, Instance, LiveModel, run_cycle_rule
 from tracekit.live.tail import ProcessTail, RunTail
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from tracekit.store.raw.run import CycleRule
 
 MAX_PENDING_BATCHES = 1000  # per process without a rank yet; older ones are counted lost
 
@@ -30,7 +32,7 @@ class Polled:
 class LiveFeed:
     def __init__(self, raw: Path, rule: CycleRule | None = None) -> None:
         self.raw = raw
-        self.rule = rule or CycleRule.from_run(raw.parent / "run.json")
+        self.rule = rule or run_cycle_rule(raw.parent / "run.json")
         self.tail = RunTail(raw)
         self.model = LiveModel(self.rule)
         self._pending: dict[int, list[pa.RecordBatch]] = {}

@@ -4,7 +4,7 @@ Served by the launcher process (never inside the server) from the records the ra
 a thread polls `raw/` (`LiveFeed`) every `interval` seconds and feeds the metrics below;
 `prometheus_client` serves them as Prometheus text on `http://HOST:PORT/metrics` (HOST
 127.0.0.1 unless `--metrics-host`). Names, labels and units: docs/production.md. The figures
-follow docs/DEFINITIONS.md (light mode: `model.py`).
+follow docs/DEFINITIONS.md (light mode: `instances.py`).
 """
 
 from __future__ import annotations

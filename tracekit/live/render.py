@@ -16,6 +16,12 @@ def _f(v: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def render(s: Snapshot) -> Group:
+    """The whole frame: the header line, the ranks table, the lagging rank, the phases table
+    and the change table."""
+    return Group(_header(s), _ranks_table(s), _lag_line(s), _phases_table(s), _change_table(s))
+
+
+def _header(s: Snapshot) -> Text:
     when = (
         dt.datetime.fromtimestamp(s.latest_ns / 1e9, tz=dt.timezone.utc).strftime("%H:%M:%S UTC")
         if s.latest_ns
@@ -30,6 +36,10 @@ def render(s: Snapshot) -> Group:
     )
     if s.records_lost:
         head.append(f"; {s.records_lost:,} records lost", style="red")
+    return head
+
+
+def _ranks_table(s: Snapshot) -> Table:
     ranks = Table(title="Ranks (over the window)", title_justify="left")
     for col in ("rank", "cycles", "cycles/s", "accept", "work ms/cycle"):
         ranks.add_column(col, justify="right")
@@ -43,6 +53,10 @@ def render(s: Snapshot) -> Group:
             _f(r.work_ms_per_cycle, "{:.3f}"),
             style="bold red" if lag else None,
         )
+    return ranks
+
+
+def _phases_table(s: Snapshot) -> Table:
     phases = Table(title="Phases per rank (over the window)", title_justify="left")
     for col in (
         "rank",
@@ -71,6 +85,10 @@ def render(s: Snapshot) -> Group:
                 f"{p.overhead_pct:.1f}",
                 f"{p.graph_pct:.0f}",
             )
+    return phases
+
+
+def _change_table(s: Snapshot) -> Table:
     ref = s.reference_s if s.changes and s.change_note else s.baseline_s
     change = Table(
         title=f"Change against the first {ref:.0f} s, before the last {s.window_s:g} s "
@@ -87,14 +105,15 @@ def render(s: Snapshot) -> Group:
             c.phase, f"{c.baseline_p50_ms:.3f}", f"{c.now_p50_ms:.3f}", f"{c.change_pct:+.1f}%",
             style=style,
         )  # fmt: skip
-    lag_line = (
-        Text(
+    return change
+
+
+def _lag_line(s: Snapshot) -> Text:
+    if s.lagging_rank is not None and s.lagging_excess_ms is not None:
+        return Text(
             f"lagging rank: {s.lagging_rank} (+{s.lagging_excess_ms:.3f} ms of work a cycle "
             "over the median rank)"
         )
-        if s.lagging_rank is not None and s.lagging_excess_ms is not None
-        else Text(f"lagging rank: none ({s.lag_note})")
-        if s.lag_note
-        else Text("lagging rank: - (one rank, or no cycles yet)")
-    )
-    return Group(head, ranks, lag_line, phases, change)
+    if s.lag_note:
+        return Text(f"lagging rank: none ({s.lag_note})")
+    return Text("lagging rank: - (one rank, or no cycles yet)")

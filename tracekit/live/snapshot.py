@@ -31,7 +31,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from tracekit.live.model import Cycle, Instance
+from tracekit.live.instances import Cycle, Instance
 
 BASELINE_MAX = 200_000  # instances kept from the first minutes (bounded memory)
 LAG_MIN_FRAC = 0.01  # a lag under 1% of the median rank's work a cycle is not named

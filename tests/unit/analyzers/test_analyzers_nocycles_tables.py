@@ -119,7 +119,7 @@ def test_no_cycles_subprocess_13(tmp_path: Path) -> None:
 
 def _numbers(summary: dict) -> list[str]:
     """Every figure the summary table prints, as the table prints it."""
-    from tracekit.cli._analysis import fmt
+    from tracekit.cli._output import fmt
 
     shown = []
     for name, p in summary["phases"].items():

@@ -14,10 +14,10 @@ torch = pytest.importorskip("torch")
 
 from tracekit.demo.config import preset  # noqa: E402
 from tracekit.demo.draft import DraftHead  # noqa: E402
-from tracekit.demo.model import TargetModel  # noqa: E402
 from tracekit.demo.options import SIMULATE_ENV, parse_args  # noqa: E402
 from tracekit.demo.parallel import TensorParallelGroup  # noqa: E402
 from tracekit.demo.speculative import AcceptSchedule, SpeculativeDecoder  # noqa: E402
+from tracekit.demo.target_model import TargetModel  # noqa: E402
 from tracekit.errors import InputError  # noqa: E402
 
 CFG = preset("tiny")

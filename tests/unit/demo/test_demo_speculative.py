@@ -10,13 +10,13 @@ torch = pytest.importorskip("torch")
 
 from tracekit.demo.config import preset  # noqa: E402
 from tracekit.demo.draft import DraftHead  # noqa: E402
-from tracekit.demo.model import TargetModel  # noqa: E402
 from tracekit.demo.parallel import TensorParallelGroup  # noqa: E402
 from tracekit.demo.speculative import (  # noqa: E402
     BaselineDecoder,
     DraftResult,
     SpeculativeDecoder,
 )
+from tracekit.demo.target_model import TargetModel  # noqa: E402
 
 CFG = preset("tiny")
 

@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 
 from tracekit.demo.config import preset  # noqa: E402
 from tracekit.demo.draft import DraftHead  # noqa: E402
-from tracekit.demo.model import TargetModel  # noqa: E402
 from tracekit.demo.parallel import TensorParallelGroup  # noqa: E402
 from tracekit.demo.ranks import spawn_ranks  # noqa: E402
 from tracekit.demo.speculative import SpeculativeDecoder  # noqa: E402
+from tracekit.demo.target_model import TargetModel  # noqa: E402
 
 CFG = preset("tiny").replace(max_seq_len=128)
 TOKENS = [5, 17, 900, 3, 3, 256, 1000, 42, 7, 611, 64, 128]

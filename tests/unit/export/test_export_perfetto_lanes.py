@@ -10,7 +10,7 @@ from tracekit.export.perfetto.lanes import (
     _sweep_order_lexsort,
     disjoint_lanes,
     is_nested,
-    nested_lanes,
+    nested_lanes_and_order,
     sweep_order,
 )
 
@@ -40,8 +40,13 @@ def _pairs_like_perfetto(start: np.ndarray, end: np.ndarray) -> bool:
 @given(intervals)
 def test_nested_lanes_each_lane_pairs_exactly(iv: tuple[np.ndarray, np.ndarray]) -> None:
     start, end = iv
-    lanes = nested_lanes(start, end)
+    lanes, order = nested_lanes_and_order(start, end)
     assert lanes.shape == start.shape
+    if order is not None:  # all in lane 0: the sweep order the check computed comes back
+        assert not lanes.any()
+        idx, is_begin = sweep_order(start, end)
+        assert np.array_equal(order[0], idx)
+        assert np.array_equal(order[1], is_begin)
     for lane in np.unique(lanes):
         sel = lanes == lane
         assert _pairs_like_perfetto(start[sel], end[sel])
@@ -83,7 +88,9 @@ def test_is_nested_detects_crossing_slices() -> None:
     start = np.array([0, 5], dtype=np.int64)
     end = np.array([10, 15], dtype=np.int64)
     assert not is_nested(*sweep_order(start, end))
-    assert nested_lanes(start, end).tolist() == [0, 1]
+    lanes, order = nested_lanes_and_order(start, end)
+    assert lanes.tolist() == [0, 1]
+    assert order is None
     assert is_nested(*sweep_order(np.array([0, 2, 10]), np.array([10, 8, 10])))
 
 

@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tracekit.live.feed import Polled
+from tracekit.live.instances import Cycle, Instance
 from tracekit.live.metrics import MetricsSink
-from tracekit.live.model import Cycle, Instance
 
 
 def _instance(phase: str, wall_ms: float, *, graph: bool, end_s: float, rank: int = 0) -> Instance:

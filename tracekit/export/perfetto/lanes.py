@@ -157,20 +157,16 @@ def is_nested(idx: I64, is_begin: npt.NDArray[np.bool_]) -> bool:
     return False
 
 
-def nested_lanes(start: I64, end: I64) -> I64:
-    """Lane index per slice such that each lane's slices nest strictly (no partial overlap).
+def nested_lanes_and_order(
+    start: I64, end: I64
+) -> tuple[I64, tuple[I64, npt.NDArray[np.bool_]] | None]:
+    """Lane index per slice such that each lane's slices nest strictly (no partial overlap),
+    and `sweep_order(start, end)` when every slice is in lane 0 (it is computed for the check
+    anyway), else None.
 
     Properly nested input (the common case, checked without a Python loop) stays in lane 0; a
     slice that crosses the end of an enclosing one goes to the lowest lane where it nests.
     """
-    return nested_lanes_and_order(start, end)[0]
-
-
-def nested_lanes_and_order(
-    start: I64, end: I64
-) -> tuple[I64, tuple[I64, npt.NDArray[np.bool_]] | None]:
-    """`nested_lanes`, plus `sweep_order(start, end)` when every slice is in lane 0 (it is
-    computed for the check anyway), else None."""
     n = start.shape[0]
     lanes = np.zeros(n, dtype=np.int64)
     if n < 2:

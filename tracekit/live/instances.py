@@ -34,6 +34,8 @@ import polars as pl
 
 from tracekit.errors import InputError
 from tracekit.store.placement import nest
+from tracekit.store.raw.files import read_json
+from tracekit.store.raw.run import CycleRule, read_cycle_rule
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,29 +93,22 @@ class _ProcState:
     waiting: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class CycleRule:
-    """The map's `[cycle]`: `require` phase, `starts_with` phase (None: cycle targets)."""
+# without a readable run.json (not written yet, or damaged): the default maps' rule
+DEFAULT_RULE = CycleRule(
+    targets=[], starts_with="draft", require=None, delta_phases={}, cycle_delta=None
+)
 
-    require: str | None = None
-    starts_with: str | None = None
 
-    @classmethod
-    def from_run(cls, run_json: Path) -> CycleRule:
-        """The rule the launcher wrote into the run's run.json at start (`cycle_rule`); a run
-        without one (an older tracekit, or run.json not written yet) counts a cycle at each
-        outermost `draft`, the default maps' rule."""
-        from tracekit.store.raw.files import read_json
-        from tracekit.store.raw.run import CYCLE_RULE_KEY, parse_cycle_rule
-
-        run, _why = read_json(run_json)
-        if CYCLE_RULE_KEY not in run:
-            return cls(starts_with="draft")
-        try:
-            rule = parse_cycle_rule(run[CYCLE_RULE_KEY], run_json)
-        except InputError:
-            return cls(starts_with="draft")
-        return cls(require=rule["require"], starts_with=rule["starts_with"])
+def run_cycle_rule(run_json: Path) -> CycleRule:
+    """The map's cycle rule as merge reads it from the run's run.json (store/raw/run.py
+    `read_cycle_rule`: the `cycle_rule` the launcher wrote at start, or an older run's
+    `cycle_source`); without a readable one, DEFAULT_RULE (a cycle at each outermost `draft`)."""
+    run, why = read_json(run_json)
+    try:
+        rule, _warning = read_cycle_rule(run, run_json, why)
+    except InputError:
+        return DEFAULT_RULE
+    return DEFAULT_RULE if rule is None else rule
 
 
 def _span(r: dict[str, Any]) -> Span:
@@ -185,38 +180,38 @@ class LiveModel:
         rows = proc.decode(batch)
         instances = self._open_window(st, rows, rank) if st.window_ns is None else []
         cycles: list[Cycle] = []
-        rule = self.rule
+        starts_with, require = self.rule["starts_with"], self.rule["require"]
         subs, st.waiting = nested(st.waiting, [r for r in rows if r["kind"] == "phase"], proc.pid)
         for r in rows:
             cyc = r["cycle"]
             st.last_end = max(st.last_end, r["end_ns"])
             if r["kind"] == "cycle":
                 st.closed_cycle = max(st.closed_cycle, cyc)
-                if rule.starts_with is None and (rule.require is None or cyc in st.with_require):
+                if starts_with is None and (require is None or cyc in st.with_require):
                     acc = _num(r["accept_len"])
                     if acc is None:
                         acc = st.phase_accept.get(cyc)
                     cycles.append(Cycle(rank, cyc, r["end_ns"], acc))
                 continue
-            if rule.starts_with is None and cyc <= st.closed_cycle:
+            if starts_with is None and cyc <= st.closed_cycle:
                 cyc = -1  # after its cycle's record: between two cycles (a new request's prefill)
             top_subs = subs.get(id(r))
             if top_subs is None:
                 continue  # a sub-phase (or waiting for its enclosing call)
             phase = r["phase"]
-            if phase == rule.require and cyc >= 0 and cyc not in st.with_require:
+            if phase == require and cyc >= 0 and cyc not in st.with_require:
                 st.with_require.append(cyc)
             acc = _num(r["accept_len"])
             if acc is not None and cyc >= 0:
                 st.phase_accept[cyc] = acc
                 if len(st.phase_accept) > RECENT_CYCLES:
                     st.phase_accept.pop(next(iter(st.phase_accept)))
-            if rule.starts_with is not None and cyc > st.last_cycle:
+            if starts_with is not None and cyc > st.last_cycle:
                 if st.last_cycle >= 0:
                     cycles.extend(self._starts_with_cycle(st, rank, st.last_cycle))
                 st.last_cycle = cyc
             ts = st.threads.setdefault(r["tid"], _ThreadState())
-            if ts.cursor is None and cyc >= 0 and st.window_ns is None and rule.starts_with is None:
+            if ts.cursor is None and cyc >= 0 and st.window_ns is None and starts_with is None:
                 st.deferred.append((ts, r, phase, cyc, top_subs))
                 continue  # its cycle record (the window start) comes in a later batch
             if ts.cursor is None and cyc >= 0 and st.window_ns is not None:
@@ -244,14 +239,14 @@ class LiveModel:
         return instances
 
     def _starts_with_cycle(self, st: _ProcState, rank: int, cyc: int) -> list[Cycle]:
-        if self.rule.require is not None and cyc not in st.with_require:
+        if self.rule["require"] is not None and cyc not in st.with_require:
             return []
         return [Cycle(rank, cyc, st.last_end, st.phase_accept.get(cyc))]
 
     def finish(self, proc: ProcessTail, rank: int) -> list[Cycle]:
         """The last cycle of a `starts_with` process, once it has finished."""
         st = self._procs.get(proc.pid)
-        if st is None or self.rule.starts_with is None or st.last_cycle < 0:
+        if st is None or self.rule["starts_with"] is None or st.last_cycle < 0:
             return []
         out = self._starts_with_cycle(st, rank, st.last_cycle)
         st.last_cycle = 2**62  # said once

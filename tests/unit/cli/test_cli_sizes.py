@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import cli
+from tracekit.cli._sizes import parse_size
 from tracekit.collectors import phasemap
 from tracekit.collectors import runtime as rt
 from tracekit.errors import InputError
 from tracekit.launch.env import build_env
 from tracekit.launch.options import LaunchOptions
-from tracekit.live.sizes import parse_size
 
 
 def test_parse_size() -> None:

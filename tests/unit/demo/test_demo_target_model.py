@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tracekit.demo.config import preset  # noqa: E402
-from tracekit.demo.model import KVCache, TargetModel  # noqa: E402
 from tracekit.demo.parallel import TensorParallelGroup  # noqa: E402
+from tracekit.demo.target_model import KVCache, TargetModel  # noqa: E402
 
 CFG = preset("tiny").replace(max_seq_len=64)
 TOKENS = [5, 17, 900, 3, 3, 256, 1000, 42, 7, 611]

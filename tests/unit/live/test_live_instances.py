@@ -13,7 +13,7 @@ from rich.console import Console
 
 from tracekit.cli import cli
 from tracekit.live.feed import LiveFeed, Polled
-from tracekit.live.model import Cycle, Instance, nested
+from tracekit.live.instances import DEFAULT_RULE, Cycle, Instance, nested, run_cycle_rule
 from tracekit.live.render import render
 from tracekit.live.snapshot import TopState, quantile
 from tracekit.live.tail import ProcessTail
@@ -323,3 +323,33 @@ def test_top_without_raw_dir_is_one_line_exit_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["top", str(tmp_path)])
     assert result.exit_code == 2
     assert "no `raw/` directory" in result.output
+
+
+@pytest.mark.parametrize(
+    ("run_json", "starts_with", "require"),
+    [
+        # the launcher's cycle_rule, as merge reads it
+        (
+            {"cycle_rule": {"targets": ["m:step"], "starts_with": None, "require": "draft"}},
+            None,
+            "draft",
+        ),
+        ({"cycle_rule": {"targets": [], "starts_with": "verify", "require": None}}, "verify", None),
+        # a run launched before run.json held the rule: its cycle_source, as merge reads it
+        ({"cycle_source": "targets"}, None, None),
+        ({"cycle_source": "starts_with:verify"}, "verify", None),
+        # no run.json yet, or a damaged rule: the default maps' rule
+        (None, "draft", None),
+        ({"cycle_rule": {"starts_with": 3}}, "draft", None),
+    ],
+)
+def test_run_cycle_rule_reads_run_json_as_merge_does(
+    tmp_path: Path, run_json: dict[str, Any] | None, starts_with: str | None, require: str | None
+) -> None:
+    path = tmp_path / "run.json"
+    if run_json is not None:
+        path.write_text(json.dumps(run_json))
+    rule = run_cycle_rule(path)
+    assert (rule["starts_with"], rule["require"]) == (starts_with, require)
+    if run_json is None:
+        assert rule == DEFAULT_RULE
