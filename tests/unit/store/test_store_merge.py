@@ -12,7 +12,7 @@ from tracekit.collectors import phasemap as pm
 from tracekit.errors import InputError
 from tracekit.launch.runjson import cycle_rule
 from tracekit.store.merge import merge
-from tracekit.store.raw.run import CYCLE_RULE_KEY
+from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY
 from tracekit.store.raw.schema import RAW_COLUMNS, raw_schema
 from tracekit.store.reader import read_table
 

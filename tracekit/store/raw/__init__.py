@@ -12,7 +12,7 @@ server) and merge (in `tracekit merge` / the launcher) never spell the format tw
 - `records`: packed rows -> one record batch (writer), record batch + sites.json -> decoded
   rows (reader);
 - `nvml`: the launcher's NVML samples (file names, schema, batches, reading);
-- `run`: the phase map's cycle rule as the launcher writes it into run.json, read by merge;
+- `cycle_rule`: the phase map's cycle rule as the launcher writes it into run.json, read by merge;
 - `processes`: every `pid-<pid>/` of a run read whole (merge's input).
 
 Code inside the server imports these modules, so each imports only the standard library at

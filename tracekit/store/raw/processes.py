@@ -24,7 +24,7 @@ from tracekit.store.raw.files import (
     segment_name,
 )
 from tracekit.store.raw.ipc import read_stream
-from tracekit.store.raw.records import read_records
+from tracekit.store.raw.records import empty_records, read_records
 from tracekit.store.raw.schema import raw_schema
 
 
@@ -46,7 +46,7 @@ class ProcessData:
     dir: Path
     info: dict[str, Any]
     manifest: dict[str, dict[str, str]]
-    records: list[dict[str, Any]]
+    records: Any  # its decoded records: a polars frame (raw/records.py), with `pid`
     complete: bool  # record stream ended with its end-of-stream marker
     read_error: str | None = None
     damaged: str | None = None  # why none of its records could be read, naming the file
@@ -61,7 +61,7 @@ class ProcessData:
 
     @property
     def n_records(self) -> int:
-        return len(self.records)
+        return int(self.records.height)
 
 
 def _expected_indexes(info: dict[str, Any], present: list[int]) -> list[int]:
@@ -161,12 +161,15 @@ def _read_process(pid: int, d: Path) -> ProcessData:
     """One process directory: its state, manifest, records (all segments) and Kineto trace."""
     info, info_error = read_json(d / PROCESS_FILE)
     manifest, manifest_error = read_json(d / MANIFEST_FILE)
-    records: list[dict[str, Any]] = []
+    import polars as pl
+
+    records = None
     damaged = None
     table, complete, err, rec_path, damage = _read_segments(d, info)
     if table is not None and table.num_rows:
         records, damaged = read_records(d, table)
-        attach_accepts(records, d)
+        if records is not None:
+            records = attach_accepts(records, d).with_columns(pl.lit(pid, pl.Int64).alias("pid"))
     elif err:
         damaged = f"{rec_path}: {err}"
     kineto = d / KINETO_FILE
@@ -179,7 +182,7 @@ def _read_process(pid: int, d: Path) -> ProcessData:
             for k, v in manifest.items()
             if isinstance(v, dict)
         },
-        records=records,
+        records=records if records is not None else empty_records(),
         complete=complete,
         read_error=err,
         damaged=damaged,
