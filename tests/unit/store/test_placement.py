@@ -19,7 +19,7 @@ from tracekit.analyzers.cycles import assign_cycles
 from tracekit.analyzers.phases import annotation_phases, collector_phases
 from tracekit.analyzers.rules import load_rules
 from tracekit.store.merge import merge
-from tracekit.store.numbering import phases_and_cycles
+from tests.unit.store._records import phases_and_cycles
 from tracekit.store.placement import OUTSIDE, _nest_loop, nest, nesting_order, place
 
 SCHEMA = {

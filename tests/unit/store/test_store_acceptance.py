@@ -13,7 +13,7 @@ import pytest
 from tracekit.analyzers.acceptance import DETAIL, pooled
 from tracekit.analyzers.steady import CycleChoice
 from tracekit.store.acceptance import step_accept
-from tracekit.store.numbering import phases_and_cycles
+from tests.unit.store._records import phases_and_cycles
 
 
 def test_step_pools_over_the_requests_that_drafted() -> None:
