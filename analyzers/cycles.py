@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.store.rank_tables import cycle_source
 from tracekit.store.placement import place
+from tracekit.store.rank_tables import cycle_source
 
 CYCLE_SCHEMA = {  # a rank's cycles frame (RankPhases.cycles)
     "rank": pl.Int32,

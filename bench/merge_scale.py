@@ -61,7 +61,12 @@ def _rows(cycles: int, rank: int) -> Any:
     prefill = (c % PREFILL_EVERY) == 0
     # (code, depth, parent, start offset us, end offset us) of each row of a cycle, in end order
     shape = [(1, 0, -1, 10, 400), (3, 1, 2, 500, 520), (3, 1, 2, 600, 620), (3, 1, 2, 700, 720)]
-    shape += [(3, 1, 2, 800, 820), (2, 0, -1, 410, 1400), (4, 0, -1, 1410, 1800), (0, 0, -1, 0, 1900)]
+    shape += [
+        (3, 1, 2, 800, 820),
+        (2, 0, -1, 410, 1400),
+        (4, 0, -1, 1410, 1800),
+        (0, 0, -1, 0, 1900),
+    ]
     for k, (code, depth, parent, s, e) in enumerate(shape):
         at = j == k
         rows["code"][at] = code

@@ -18,8 +18,8 @@ from tracekit.collectors.redact import redact_argv
 from tracekit.launch.options import LaunchOptions
 from tracekit.launch.supervise import ProcessWatcher, Supervision
 from tracekit.store.merge_checks import compiled_boundaries
-from tracekit.store.raw.files import PROCESS_FILE, process_dirs, read_json
 from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY, AcceptSource, CycleRule
+from tracekit.store.raw.files import PROCESS_FILE, process_dirs, read_json
 from tracekit.store.schema import SCHEMA_VERSION
 
 

@@ -103,8 +103,8 @@ class CycleRule:
         """The rule the launcher wrote into the run's run.json at start (`cycle_rule`); a run
         without one (an older tracekit, or run.json not written yet) counts a cycle at each
         outermost `draft`, the default maps' rule."""
-        from tracekit.store.raw.files import read_json
         from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY, parse_cycle_rule
+        from tracekit.store.raw.files import read_json
 
         run, _why = read_json(run_json)
         if CYCLE_RULE_KEY not in run:

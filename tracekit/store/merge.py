@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracekit.errors import InputError
+from tracekit.store.cycle_numbers import CycleIds, cycle_ids, raw_cycle_status
 from tracekit.store.layout import RunLayout
 from tracekit.store.merge_checks import (
     accept_failures,
@@ -46,12 +47,11 @@ from tracekit.store.merge_damage import (
     refuse_if_nothing_readable,
     report_dropped,
 )
-from tracekit.store.cycle_numbers import CycleIds, cycle_ids, raw_cycle_status
 from tracekit.store.rank_tables import phases_and_cycles
+from tracekit.store.raw.cycle_rule import read_cycle_rule
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
 from tracekit.store.raw.processes import ProcessData, read_processes
-from tracekit.store.raw.cycle_rule import read_cycle_rule
 from tracekit.store.writer import write_partition
 
 MERGED_TABLES = ("phases", "cycles", "counters")
@@ -276,7 +276,7 @@ def _cycle_ids(
     procs: list[ProcessData],
     warnings: list[str],
 ) -> tuple[CycleIds, dict[int, dict[int, bool]]]:
-    """The run's cycle numbers (numbering.py) and each rank's raw cycles (none for a rank of
+    """The run's cycle numbers (cycle_numbers.py) and each rank's raw cycles (none for a rank of
     several processes); one warning if ranks count steps apart."""
     got = {rank: raw_cycle_status(r, cycle_cfg) for rank, r in recs.items()}
     statuses = {r: s for r, s in got.items() if s is not None}

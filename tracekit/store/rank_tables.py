@@ -121,9 +121,7 @@ def _finish(
     )
 
 
-def _target_cycles(
-    raw: _RawCycles, cycle_rows: pl.DataFrame, ids: CycleIds | None
-) -> pl.DataFrame:
+def _target_cycles(raw: _RawCycles, cycle_rows: pl.DataFrame, ids: CycleIds | None) -> pl.DataFrame:
     """Cycles of a cycle target: its qualifying calls (the first of a raw cycle), spans and
     accept as recorded (else the cycle's last outermost phase's)."""
     order = ["start_ns", "cycle"] if raw.per_pid else ["cycle"]

@@ -30,11 +30,11 @@ from typing import Any
 import polars as pl
 import pytest
 
+from tests.unit.store._records import phases_and_cycles
 from tracekit.analyzers.acceptance import DETAIL, pooled
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tests.unit.store._records import phases_and_cycles
 from tracekit.store.raw.processes import read_processes
 
 STEPS: list[tuple[dict[str, list[int]], list[int]]] = [

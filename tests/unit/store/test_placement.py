@@ -14,12 +14,12 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tests.conftest import SAMPLE_TRACES
+from tests.unit.store._records import phases_and_cycles
 from tracekit.analyzers._load import read_rank
 from tracekit.analyzers.cycles import assign_cycles
 from tracekit.analyzers.phases import annotation_phases, collector_phases
 from tracekit.analyzers.rules import load_rules
 from tracekit.store.merge import merge
-from tests.unit.store._records import phases_and_cycles
 from tracekit.store.placement import OUTSIDE, _nest_loop, nest, nesting_order, place
 
 SCHEMA = {

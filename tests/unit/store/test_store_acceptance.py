@@ -1,6 +1,6 @@
 """Acceptance as the server counts it (tracekit/store/acceptance.py, analyzers/acceptance.py):
 hand-built steps whose pooled figures were computed by hand (DEFINITIONS.md "Acceptance
-length"), and the delta rule's last cycle (numbering.apply_deltas)."""
+length"), and the delta rule's last cycle (accept_deltas.apply_deltas)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import polars as pl
 import pytest
 
+from tests.unit.store._records import phases_and_cycles
 from tracekit.analyzers.acceptance import DETAIL, pooled
 from tracekit.analyzers.steady import CycleChoice
 from tracekit.store.acceptance import step_accept
-from tests.unit.store._records import phases_and_cycles
 
 
 def test_step_pools_over_the_requests_that_drafted() -> None:

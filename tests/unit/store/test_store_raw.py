@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from tracekit.errors import InputError
+from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY, read_cycle_rule
 from tracekit.store.raw.files import (
     RECORDS_FILE,
     SITES_FILE,
@@ -23,7 +24,6 @@ from tracekit.store.raw.files import (
 from tracekit.store.raw.ipc import StreamWriter, read_stream
 from tracekit.store.raw.nvml import NVML_COLUMNS, nvml_schema, read_samples, samples_batch
 from tracekit.store.raw.records import encode_rows, read_records
-from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY, read_cycle_rule
 from tracekit.store.raw.schema import RAW_COLUMNS, ROW, raw_schema, row_dtype
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC end-of-stream: continuation, length 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.store.raw.accepts import attach_accepts
 from tracekit.store.raw.files import (
@@ -26,6 +26,9 @@ from tracekit.store.raw.files import (
 from tracekit.store.raw.ipc import read_stream
 from tracekit.store.raw.records import empty_records, read_records
 from tracekit.store.raw.schema import raw_schema
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -46,7 +49,7 @@ class ProcessData:
     dir: Path
     info: dict[str, Any]
     manifest: dict[str, dict[str, str]]
-    records: Any  # its decoded records: a polars frame (raw/records.py), with `pid`
+    records: pl.DataFrame  # its decoded records (raw/records.py `decoded`), with `pid`
     complete: bool  # record stream ended with its end-of-stream marker
     read_error: str | None = None
     damaged: str | None = None  # why none of its records could be read, naming the file
