@@ -47,11 +47,12 @@ from tracekit.store.merge_damage import (
     refuse_if_nothing_readable,
     report_dropped,
 )
-from tracekit.store.rank_tables import phases_and_cycles
+from tracekit.store.rank_tables import write_rank_tables
 from tracekit.store.raw.cycle_rule import read_cycle_rule
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
 from tracekit.store.raw.processes import ProcessData, read_processes
+from tracekit.store.threads import thread_map
 from tracekit.store.writer import write_partition
 
 MERGED_TABLES = ("phases", "cycles", "counters")
@@ -181,8 +182,9 @@ def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[
     return {rank: pa.concat_tables(tables) for rank, tables in parts.items()}
 
 
-def merge(run_dir: Path | str) -> MergeResult:
-    """Merge `run_dir/raw/` into the run's store (the module's docstring says how)."""
+def merge(run_dir: Path | str, *, threads: int | None = None) -> MergeResult:
+    """Merge `run_dir/raw/` into the run's store (the module's docstring says how); the
+    per-rank work on up to `threads` threads (default: one a core)."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
     if not layout.raw.is_dir():
@@ -196,7 +198,7 @@ def merge(run_dir: Path | str) -> MergeResult:
         warnings.append(rule_warning)
     cycle_cfg: dict[str, Any] = dict(rule) if rule is not None else {}
 
-    procs = read_processes(layout.raw)
+    procs = read_processes(layout.raw, threads)
     refuse_if_nothing_readable(layout.raw, procs)
     _assign_ranks(procs, warnings)
     explained = _report_damaged(procs, warnings)
@@ -216,11 +218,16 @@ def merge(run_dir: Path | str) -> MergeResult:
         shutil.rmtree(layout.table_dir(table), ignore_errors=True)
     for old in layout.table_dir("manifests").glob(f"rank=*/part-{COLLECTOR_MANIFEST_PART}.parquet"):
         old.unlink()  # merge's own manifests (ingest's parts stay): a rank left out has none
+    ranks = [r for r in sorted(by_rank) if recs[r].height]
+    counts = thread_map(
+        lambda r: write_rank_tables(run_dir, r, recs[r], cycle_cfg, ids), ranks, threads
+    )
+    rows = dict(zip(ranks, counts, strict=True))
     seen_phases: set[str] = set()
     for rank in sorted(by_rank):
-        seen_phases |= _merge_rank(
-            run_dir, rank, by_rank[rank], recs[rank], run, cycle_cfg, ids, result
-        )
+        seen_phases |= _merge_rank(run_dir, rank, by_rank[rank], recs[rank], run, result)
+        result.phases += rows.get(rank, (0, 0))[0]
+        result.cycles += rows.get(rank, (0, 0))[1]
     if result.phases:
         missing = unseen_cycle_phase(cycle_cfg, seen_phases)
         if missing is not None:
@@ -294,11 +301,10 @@ def _merge_rank(
     group: list[ProcessData],
     recs: pl.DataFrame,
     run: dict[str, Any],
-    cycle_cfg: dict[str, Any],
-    ids: CycleIds,
     result: MergeResult,
 ) -> set[str]:
-    """Write one rank's phases, cycles and manifests; returns the phase names that ran."""
+    """Write one rank's manifests, say what is partial; returns the phase names that ran
+    (its phases and cycles: `write_rank_tables`)."""
     warnings = result.warnings
     for p in group:
         if p.n_records and (not p.complete or not p.info.get("finished")):
@@ -315,17 +321,6 @@ def _merge_rank(
             "restarted rank, or two processes with one RANK); all kept, numbered in time "
             "order; check the RANK of each process if that is not expected"
         )
-    if recs.height:
-        phases, cycles = phases_and_cycles(recs, cycle_cfg, ids)
-        write_partition(run_dir, "phases", rank, phases.to_arrow())
-        write_partition(
-            run_dir,
-            "cycles",
-            rank,
-            cycles.to_arrow() if cycles.height else pa.table({"cycle": pa.array([], pa.int64())}),
-        )
-        result.phases += phases.height
-        result.cycles += cycles.height
     main = max(group, key=lambda p: p.n_records)
     rows = list(_manifest_rows(main, run))
     manifests = pa.table(

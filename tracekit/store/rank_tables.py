@@ -11,15 +11,18 @@ cycles (a restarted rank), a raw cycle is (pid, number), ordered by its start, n
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
+import pyarrow as pa
 
 from tracekit.store.accept_deltas import apply_deltas
 from tracekit.store.acceptance import step_accept
 from tracekit.store.cycle_numbers import CycleIds
 from tracekit.store.placement import nest, place
 from tracekit.store.schema import PHASES
+from tracekit.store.writer import write_partition
 
 # `cycles.source`: how the cycle was found (analyzers/cycles.py adds the trace's kinds)
 CycleSource = Literal["cycle_target", "starts_with", "cycle_annotation", "phases", "cycles"]
@@ -186,3 +189,14 @@ def phases_and_cycles(
     spans = cycles.select("cycle", "start_ns", "end_ns", pl.col("_kp").alias("pid"))
     placed = place(phases, spans, by="pid" if per_pid else None).sort("_row")
     return placed.select(PHASES.names), cycles.drop("_kp")
+
+
+def write_rank_tables(
+    run_dir: Path, rank: int, records: pl.DataFrame, cfg: dict[str, Any], ids: CycleIds | None
+) -> tuple[int, int]:
+    """Write the rank's `phases` and `cycles` partitions (`phases_and_cycles`); their rows."""
+    phases, cycles = phases_and_cycles(records, cfg, ids)
+    write_partition(run_dir, "phases", rank, phases.to_arrow())
+    empty = pa.table({"cycle": pa.array([], pa.int64())})
+    write_partition(run_dir, "cycles", rank, cycles.to_arrow() if cycles.height else empty)
+    return phases.height, cycles.height

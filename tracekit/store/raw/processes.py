@@ -204,6 +204,9 @@ def _read_process(pid: int, d: Path) -> ProcessData:
     return proc
 
 
-def read_processes(raw: Path) -> list[ProcessData]:
-    """Every recorded process under `raw` (RUN_DIR/raw), in the order of their directories."""
-    return [_read_process(pid, d) for pid, d in process_dirs(raw)]
+def read_processes(raw: Path, threads: int | None = None) -> list[ProcessData]:
+    """Every recorded process under `raw` (RUN_DIR/raw), in the order of their directories,
+    read on up to `threads` threads (default: one a core; store/threads.py)."""
+    from tracekit.store.threads import thread_map
+
+    return thread_map(lambda item: _read_process(*item), process_dirs(raw), threads)
