@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracekit.store.accept_deltas import apply_deltas
-from tracekit.store.acceptance import step_accept
+from tracekit.store.acceptance import STEP_COLUMNS, pooled_steps
 from tracekit.store.cycle_numbers import CycleIds
 from tracekit.store.placement import nest, place
 from tracekit.store.schema import PHASES
@@ -27,16 +27,6 @@ from tracekit.store.writer import write_partition
 # `cycles.source`: how the cycle was found (analyzers/cycles.py adds the trace's kinds)
 CycleSource = Literal["cycle_target", "starts_with", "cycle_annotation", "phases", "cycles"]
 KEY = ["_kp", "cycle"]  # a raw cycle: (pid, raw number); pid 0 unless cycles are per process
-STEP_TYPES: dict[str, Any] = {
-    "_step": pl.Boolean,
-    "_step_len": pl.Float64,
-    "drafts": pl.Int64,
-    "drafted_tokens": pl.Int64,
-    "accepted_tokens": pl.Float64,
-    "requests": pl.Int64,
-    "accepted_per_pos": pl.List(pl.Int64),
-}
-CYCLE_COLUMNS = ["cycle", "start_ns", "end_ns", "accept_len", "source", *list(STEP_TYPES)[2:]]
 READINGS = ("acc_tokens", "acc_drafted")
 
 
@@ -80,25 +70,12 @@ class _RawCycles:
     def steps(self, cycle_rows: pl.DataFrame | None = None) -> pl.DataFrame:
         """Each raw cycle's per-request readings (its outermost phases', its cycle row's)
         pooled as the server counts them (store/acceptance.py), for the cycles that have any;
-        `_step` is True on those."""
+        `_step` is True on those, `_step_len` their acceptance length."""
         parts = [self.tops.select(*KEY, *READINGS)]
         if cycle_rows is not None:
             parts.append(cycle_rows.select(*KEY, *READINGS))
-        read = pl.concat(parts).filter(
-            pl.col("acc_tokens").is_not_null() | pl.col("acc_drafted").is_not_null()
-        )
-        rows = []
-        if read.height:  # one step a cycle with readings (runs whose map reads each request's)
-            grouped = read.group_by(KEY, maintain_order=True).agg(
-                pl.col("acc_tokens").drop_nulls(), pl.col("acc_drafted").drop_nulls()
-            )
-            for kp, cycle, tokens, drafted in grouped.iter_rows():
-                step = step_accept(tokens, drafted)
-                if step is not None:
-                    rows.append({"_kp": kp, "cycle": cycle, "_step": True} | step.row())
-                    rows[-1]["_step_len"] = step.accept_len
-        types = {"_kp": pl.Int64, "cycle": pl.Int64, **STEP_TYPES}
-        return pl.DataFrame(rows, schema=types) if rows else pl.DataFrame(schema=types)
+        steps = pooled_steps(pl.concat(parts), KEY)
+        return steps.rename({"accept_len": "_step_len"}).with_columns(pl.lit(True).alias("_step"))
 
 
 def _finish(
@@ -119,7 +96,7 @@ def _finish(
         "end_ns",
         accept.cast(pl.Float64).alias("accept_len"),
         pl.lit(src).alias("source"),
-        *list(STEP_TYPES)[2:],
+        *STEP_COLUMNS,
         "_kp",
     )
 
@@ -153,7 +130,7 @@ def _starts_with_cycles(raw: _RawCycles, starts_with: str, ids: CycleIds | None)
 def _no_cycles() -> pl.DataFrame:
     ints = {"cycle": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
     types = {**ints, "accept_len": pl.Float64, "source": pl.String}
-    return pl.DataFrame(schema={**types, **dict(list(STEP_TYPES.items())[2:]), "_kp": pl.Int64})
+    return pl.DataFrame(schema={**types, **STEP_COLUMNS, "_kp": pl.Int64})
 
 
 def _owners(frame: pl.DataFrame) -> int:
