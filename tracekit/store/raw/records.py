@@ -61,10 +61,9 @@ def record_types() -> dict[str, Any]:
     phase name), then kind, phase, target, the accept readings (`accepts.py`) and the process id."""
     import polars as pl
 
-    ints = {"i32": pl.Int32, "i64": pl.Int64, "f64": pl.Float64, "bool": pl.Boolean}
-    out: dict[str, Any] = {}
-    for name, dtype in zip(RAW_COLUMNS, raw_schema().types, strict=True):
-        out[name] = pl.String if name == "parent" else ints[_short(dtype)]
+    raw = pl.from_arrow(raw_schema().empty_table())
+    assert isinstance(raw, pl.DataFrame)
+    out: dict[str, Any] = dict(raw.schema, parent=pl.String)
     out.update(kind=pl.String, phase=pl.String, target=pl.String)
     out.update(acc_tokens=pl.List(pl.Float64), acc_drafted=pl.List(pl.Float64), pid=pl.Int64)
     return out
@@ -75,11 +74,6 @@ def empty_records() -> Any:
     import polars as pl
 
     return pl.DataFrame(schema=record_types())
-
-
-def _short(dtype: Any) -> str:
-    text = str(dtype)
-    return {"int32": "i32", "int64": "i64", "double": "f64", "bool": "bool"}[text]
 
 
 def _site_frame(sites: list[dict[str, Any]]) -> Any:
