@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.store.numbering import cycle_source
 from tracekit.store.placement import place
+from tracekit.store.rank_tables import cycle_source
 
 CYCLE_SCHEMA = {  # a rank's cycles frame (RankPhases.cycles)
     "rank": pl.Int32,
@@ -20,7 +20,7 @@ CYCLE_SCHEMA = {  # a rank's cycles frame (RankPhases.cycles)
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
     "accept_len": pl.Float64,
-    "source": pl.String,  # numbering.CycleSource's values
+    "source": pl.String,  # rank_tables.CycleSource's values
 }
 CYCLE_COLUMNS = list(CYCLE_SCHEMA)
 

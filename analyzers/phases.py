@@ -104,11 +104,11 @@ def annotation_phases(inputs: RankInputs, rules: RuleTable) -> RankPhases | None
 def collector_phases(inputs: RankInputs) -> RankPhases | None:
     """The rank's phases from the collector's `phases` table, or None without records.
 
-    Depth, parent and cycle are the table's (merge decided them, store/placement.py); only
-    `inst` (nesting order) and `top` (the last depth-0 row before it on its thread) are
-    derived here. A store merged before placement.py took the recorder's call-stack depth and
-    parent (the same rule but for ties at one timestamp) and is read as it is; a table whose
-    depth has nulls is nested again here."""
+    Nesting (`inst`, `depth`, `parent`, `top`) and cycle are the table's: merge computed them
+    once (store/placement.py) and wrote them; the rows are taken in `inst` order. A store
+    merged before merge wrote `inst`/`top` has the same depth and parent: only those two are
+    derived here then (nesting order; the last depth-0 row before a row on its thread); a
+    table whose depth has nulls is nested again."""
     table = inputs.phases
     if table is None or table.height == 0:
         return None
@@ -119,16 +119,26 @@ def collector_phases(inputs: RankInputs) -> RankPhases | None:
         pl.col("tid").fill_null(0),
         pl.lit(COLLECTOR).alias("source"),
     )
-    if base["depth"].has_nulls():
-        inst = nest(base.drop("depth", "parent"))
+    if _has_nesting(base):
+        inst = base.sort("inst")
+    elif base["depth"].has_nulls():
+        inst = nest(base.drop("depth", "parent", "inst", "top", strict=False))
     else:
-        inst = (
-            nesting_order(base).with_row_index("inst").with_columns(pl.col("inst").cast(pl.Int64))
-        )
-        top = pl.when(pl.col("depth") == 0).then(pl.col("inst")).forward_fill().over("pid", "tid")
-        inst = inst.with_columns(top.fill_null(pl.col("inst")).alias("top"))
+        inst = _derived_nesting(base.drop("inst", "top", strict=False))
     cycles = cycles_from_collector(inst, inputs.cycles, inputs.rank)
     return RankPhases(inputs.rank, _finish(inst, inputs.rank), cycles, approximate=True)
+
+
+def _has_nesting(table: pl.DataFrame) -> bool:
+    """Merge wrote the rows' nesting (`inst`, `top`) into the table."""
+    return all(c in table.columns and not table[c].has_nulls() for c in ("inst", "top"))
+
+
+def _derived_nesting(base: pl.DataFrame) -> pl.DataFrame:
+    """`inst` and `top` of a table from before merge wrote them (its depth taken as it is)."""
+    inst = nesting_order(base).with_row_index("inst").with_columns(pl.col("inst").cast(pl.Int64))
+    top = pl.when(pl.col("depth") == 0).then(pl.col("inst")).forward_fill().over("pid", "tid")
+    return inst.with_columns(top.fill_null(pl.col("inst")).alias("top"))
 
 
 def _finish(inst: pl.DataFrame, rank: int) -> pl.DataFrame:

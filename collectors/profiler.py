@@ -48,7 +48,7 @@ class CycleWindow:
 
 
 class CycleCounter:
-    """Numbers the raw cycles of a process as merge numbers them (`store/numbering.py`):
+    """Numbers the raw cycles of a process as merge numbers them (`store/cycle_numbers.py`):
     a raw cycle (a cycle-target call, or a `starts_with` phase and what follows it) is a cycle
     when `require` is None or a `require` phase ran with that raw cycle's number; cycles are
     numbered from 0 in raw order. Fed incrementally by the recorder."""

@@ -16,7 +16,6 @@ MAX_FUNCTION_LINES = 80
 KNOWN_LONG = {
     "collectors/recording/hotpath.py:HotPath.sync_call",
     "collectors/recording/hotpath.py:HotPath.sync_call.call",
-    "tracekit/store/parts.py:join",
 }
 
 

@@ -51,7 +51,7 @@ def command(
         tracekit merge node0/run node1/run -o run     # parts copied from each node
         tracekit merge tracekit-runs/<name>           # parts on shared storage
     """
-    from tracekit.store.parts import part_dirs
+    from tracekit.store.join_nodes import part_dirs
 
     if out is not None or len(paths) > 1 or part_dirs(paths[0]):
         _join(paths, out, nnodes, as_json, force)
@@ -98,7 +98,7 @@ def _join(
 ) -> None:
     from tracekit.distributed import current_engine
     from tracekit.errors import InputError
-    from tracekit.store.parts import join, part_dirs
+    from tracekit.store.join_nodes import join, part_dirs
 
     if out is None:
         if len(paths) == 1 and part_dirs(paths[0]):

@@ -4,7 +4,7 @@
 part to `OUT/NAME/parts/node-K/` (a complete single-node run directory: raw/, run.json, its own
 store once merged). With OUT on shared storage all parts land in one run directory; without,
 copy them to one host. `tracekit merge OUT/NAME` (or `tracekit merge PART... -o RUN`) then
-joins them onto one clock (tracekit/store/parts.py).
+joins them onto one clock (tracekit/store/join_nodes.py).
 
 The node rank and node count come from the options, else from the command line the server is
 given (SGLang's and torchrun's `--node-rank`/`--node_rank`, `--nnodes`), else from the
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tracekit.errors import CollectorError
-from tracekit.store.parts import NODE_PREFIX, PARTS_DIR
+from tracekit.store.join_nodes import NODE_PREFIX, PARTS_DIR
 
 _RANK_FLAGS = ("--node-rank", "--node_rank")
 _NNODES_FLAGS = ("--nnodes",)

@@ -18,8 +18,8 @@ from tracekit.collectors.redact import redact_argv
 from tracekit.launch.options import LaunchOptions
 from tracekit.launch.supervise import ProcessWatcher, Supervision
 from tracekit.store.merge_checks import compiled_boundaries
+from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY, AcceptSource, CycleRule
 from tracekit.store.raw.files import PROCESS_FILE, process_dirs, read_json
-from tracekit.store.raw.run import CYCLE_RULE_KEY, AcceptSource, CycleRule
 from tracekit.store.schema import SCHEMA_VERSION
 
 
@@ -33,7 +33,7 @@ def _delta_source(accept: tuple[AcceptRule, ...]) -> AcceptSource | None:
 
 def cycle_rule(pmap: pm.PhaseMap) -> CycleRule:
     """The map's [cycle] rule and delta accept rules, as run.json holds them
-    (tracekit/store/raw/run.py)."""
+    (tracekit/store/raw/cycle_rule.py)."""
     deltas = {ph.name: _delta_source(ph.accept) for ph in pmap.phases}
     return CycleRule(
         targets=[str(t) for t in pmap.cycle.targets],

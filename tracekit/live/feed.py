@@ -18,7 +18,7 @@ from tracekit.live.tail import ProcessTail, RunTail
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tracekit.store.raw.run import CycleRule
+    from tracekit.store.raw.cycle_rule import CycleRule
 
 MAX_PENDING_BATCHES = 1000  # per process without a rank yet; older ones are counted lost
 

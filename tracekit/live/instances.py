@@ -35,7 +35,7 @@ import polars as pl
 from tracekit.errors import InputError
 from tracekit.store.placement import nest
 from tracekit.store.raw.files import read_json
-from tracekit.store.raw.run import CycleRule, read_cycle_rule
+from tracekit.store.raw.cycle_rule import CycleRule, read_cycle_rule
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,7 +100,7 @@ DEFAULT_RULE = CycleRule(
 
 
 def run_cycle_rule(run_json: Path) -> CycleRule:
-    """The map's cycle rule as merge reads it from the run's run.json (store/raw/run.py
+    """The map's cycle rule as merge reads it from the run's run.json (store/raw/cycle_rule.py
     `read_cycle_rule`: the `cycle_rule` the launcher wrote at start, or an older run's
     `cycle_source`); without a readable one, DEFAULT_RULE (a cycle at each outermost `draft`)."""
     run, why = read_json(run_json)

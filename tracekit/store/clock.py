@@ -103,13 +103,18 @@ class PartClock:
 Anchors = dict[tuple[int, int], list[tuple[int, int]]]
 
 
+def _named(column: Any, pattern: re.Pattern[str]) -> Any:
+    """Where a name column matches `pattern` (each distinct name tested once; null: no)."""
+    names = column.cast(pa.string())
+    hits = [n for n in pc.unique(names).to_pylist() if n and pattern.search(n)]
+    return pc.is_in(names, value_set=pa.array(hits, pa.string()))
+
+
 def anchors_from_phases(table: pa.Table) -> Anchors:
     """Anchors from one rank's collector `phases` rows (one rank: keys must not repeat)."""
     if table.num_rows == 0 or "phase" not in table.column_names:
         return {}
-    names = table.column("phase").cast(pa.string()).to_pylist()
-    keep = [bool(n) and COLLECTIVE_PHASES.search(n) is not None for n in names]
-    t = table.filter(pa.array(keep))
+    t = table.filter(_named(table.column("phase"), COLLECTIVE_PHASES))
     if t.num_rows == 0:
         return {}
     start, end = t.column("start_ns"), t.column("end_ns")
@@ -132,19 +137,14 @@ def anchors_from_events(table: pa.Table) -> Anchors:
     (-1, k)), else gloo's collective CPU ops."""
     if table.num_rows == 0:
         return {}
-    cats = table.column("cat").cast(pa.string()).to_pylist()
-    names = table.column("name").cast(pa.string()).to_pylist()
+    cats = table.column("cat").cast(pa.string())
     starts = table.column("start_ns").to_numpy(zero_copy_only=False)
     durs = table.column("dur_ns").fill_null(0).to_numpy(zero_copy_only=False)
     for kind in ("kernel", "cpu_op"):
         pat = COMM_KERNELS if kind == "kernel" else COMM_CPU_OPS
-        idx = [
-            i
-            for i, (c, n) in enumerate(zip(cats, names, strict=True))
-            if c == kind and n and pat.search(n)
-        ]
-        if idx:
-            sel = np.asarray(idx)
+        mask = pc.fill_null(pc.and_(pc.equal(cats, kind), _named(table.column("name"), pat)), False)
+        sel = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        if sel.size:
             order = np.argsort(starts[sel], kind="stable")
             s0 = starts[sel][order].tolist()
             e = (starts[sel] + durs[sel])[order].tolist()

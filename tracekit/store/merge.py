@@ -8,8 +8,11 @@ ranks are reported (warnings) and the rest is merged. Re-running merge rewrites 
 
 Rank of a process: `torch.distributed` rank it recorded, else the `RANK` environment variable;
 a single process with records and no rank is rank 0. Cycle numbers (run-wide, from the raw
-numbers the recorder stamps, so a lost segment moves no rank's numbers), nesting and cycle
-membership of the `phases` rows: tracekit/store/numbering.py (rules in store/placement.py).
+numbers the recorder stamps, so a lost segment moves no rank's numbers): store/cycle_numbers.py;
+a rank's `phases` rows (nesting, written as `inst`/`top`/`depth`/`parent`, and cycle
+membership: store/placement.py's rules) and `cycles` rows: store/rank_tables.py. Records stay
+in columns from the raw reader to Parquet (Arrow, then polars). The per-rank work runs on a
+thread pool (polars and Arrow release the GIL).
 Damaged record files: tracekit/store/merge_damage.py (one warning each; nothing readable at
 all is an error).
 """
@@ -22,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.errors import InputError
+from tracekit.store.cycle_numbers import CycleIds, cycle_ids, raw_cycle_status
 from tracekit.store.layout import RunLayout
 from tracekit.store.merge_checks import (
     accept_failures,
@@ -41,11 +47,12 @@ from tracekit.store.merge_damage import (
     refuse_if_nothing_readable,
     report_dropped,
 )
-from tracekit.store.numbering import CycleIds, cycle_ids, phases_and_cycles, raw_cycle_status
+from tracekit.store.rank_tables import write_rank_tables
+from tracekit.store.raw.cycle_rule import read_cycle_rule
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
 from tracekit.store.raw.processes import ProcessData, read_processes
-from tracekit.store.raw.run import read_cycle_rule
+from tracekit.store.threads import thread_map
 from tracekit.store.writer import write_partition
 
 MERGED_TABLES = ("phases", "cycles", "counters")
@@ -168,15 +175,16 @@ def _counters(raw: Path, procs: list[ProcessData], warnings: list[str]) -> dict[
             if u == uuid or u.endswith(uuid) or uuid.endswith(u.removeprefix("GPU-")):
                 index_to_rank.setdefault(idx, p.rank)
     parts: dict[int, list[pa.Table]] = {}
-    gpu_col = table.column("gpu").to_pylist()
-    for idx in sorted(set(gpu_col)):
-        mask = pa.array([g == idx for g in gpu_col])
+    gpu_col = table.column("gpu")
+    for idx in sorted(g for g in pc.unique(gpu_col).to_pylist() if g is not None):
+        mask = pc.equal(gpu_col, idx)
         parts.setdefault(index_to_rank.get(idx, idx), []).append(table.filter(mask))
     return {rank: pa.concat_tables(tables) for rank, tables in parts.items()}
 
 
-def merge(run_dir: Path | str) -> MergeResult:
-    """Merge `run_dir/raw/` into the run's store (the module's docstring says how)."""
+def merge(run_dir: Path | str, *, threads: int | None = None) -> MergeResult:
+    """Merge `run_dir/raw/` into the run's store (the module's docstring says how); the
+    per-rank work on up to `threads` threads (default: one a core)."""
     run_dir = Path(run_dir)
     layout = RunLayout(run_dir)
     if not layout.raw.is_dir():
@@ -190,7 +198,7 @@ def merge(run_dir: Path | str) -> MergeResult:
         warnings.append(rule_warning)
     cycle_cfg: dict[str, Any] = dict(rule) if rule is not None else {}
 
-    procs = read_processes(layout.raw)
+    procs = read_processes(layout.raw, threads)
     refuse_if_nothing_readable(layout.raw, procs)
     _assign_ranks(procs, warnings)
     explained = _report_damaged(procs, warnings)
@@ -210,11 +218,16 @@ def merge(run_dir: Path | str) -> MergeResult:
         shutil.rmtree(layout.table_dir(table), ignore_errors=True)
     for old in layout.table_dir("manifests").glob(f"rank=*/part-{COLLECTOR_MANIFEST_PART}.parquet"):
         old.unlink()  # merge's own manifests (ingest's parts stay): a rank left out has none
+    ranks = [r for r in sorted(by_rank) if recs[r].height]
+    counts = thread_map(
+        lambda r: write_rank_tables(run_dir, r, recs[r], cycle_cfg, ids), ranks, threads
+    )
+    rows = dict(zip(ranks, counts, strict=True))
     seen_phases: set[str] = set()
     for rank in sorted(by_rank):
-        seen_phases |= _merge_rank(
-            run_dir, rank, by_rank[rank], recs[rank], run, cycle_cfg, ids, result
-        )
+        seen_phases |= _merge_rank(run_dir, rank, by_rank[rank], recs[rank], run, result)
+        result.phases += rows.get(rank, (0, 0))[0]
+        result.cycles += rows.get(rank, (0, 0))[1]
     if result.phases:
         missing = unseen_cycle_phase(cycle_cfg, seen_phases)
         if missing is not None:
@@ -257,23 +270,20 @@ def _report_damaged(procs: list[ProcessData], warnings: list[str]) -> set[int]:
     return explained
 
 
-def _rank_records(group: list[ProcessData], first_cycle: int) -> list[dict[str, Any]]:
+def _rank_records(group: list[ProcessData], first_cycle: int) -> pl.DataFrame:
     """A rank's decoded records (with `pid`), those of raw cycles before `first_cycle` left out."""
-    return [
-        dict(r, pid=p.pid)
-        for p in group
-        for r in p.records
-        if not first_cycle or r["cycle"] >= first_cycle
-    ]
+    frames = [p.records for p in group if p.n_records]
+    recs = pl.concat(frames) if len(frames) > 1 else frames[0] if frames else group[0].records
+    return recs.filter(pl.col("cycle") >= first_cycle) if first_cycle else recs
 
 
 def _cycle_ids(
-    recs: dict[int, list[dict[str, Any]]],
+    recs: dict[int, pl.DataFrame],
     cycle_cfg: dict[str, Any],
     procs: list[ProcessData],
     warnings: list[str],
 ) -> tuple[CycleIds, dict[int, dict[int, bool]]]:
-    """The run's cycle numbers (numbering.py) and each rank's raw cycles (none for a rank of
+    """The run's cycle numbers (cycle_numbers.py) and each rank's raw cycles (none for a rank of
     several processes); one warning if ranks count steps apart."""
     got = {rank: raw_cycle_status(r, cycle_cfg) for rank, r in recs.items()}
     statuses = {r: s for r, s in got.items() if s is not None}
@@ -289,13 +299,12 @@ def _merge_rank(
     run_dir: Path,
     rank: int,
     group: list[ProcessData],
-    recs: list[dict[str, Any]],
+    recs: pl.DataFrame,
     run: dict[str, Any],
-    cycle_cfg: dict[str, Any],
-    ids: CycleIds,
     result: MergeResult,
 ) -> set[str]:
-    """Write one rank's phases, cycles and manifests; returns the phase names that ran."""
+    """Write one rank's manifests, say what is partial; returns the phase names that ran
+    (its phases and cycles: `write_rank_tables`)."""
     warnings = result.warnings
     for p in group:
         if p.n_records and (not p.complete or not p.info.get("finished")):
@@ -305,26 +314,13 @@ def _merge_rank(
             )
             if rank not in result.partial_ranks:
                 result.partial_ranks.append(rank)
-    owners = sorted({r["pid"] for r in recs if r["kind"] == "cycle"})
+    owners = sorted(recs.filter(pl.col("kind") == "cycle")["pid"].unique().to_list())
     if len(owners) > 1:
         warnings.append(
             f"rank {rank}: processes {', '.join(map(str, owners))} each recorded cycles (a "
             "restarted rank, or two processes with one RANK); all kept, numbered in time "
             "order; check the RANK of each process if that is not expected"
         )
-    if recs:
-        phases, cycles = phases_and_cycles(recs, cycle_cfg, ids)
-        write_partition(run_dir, "phases", rank, pa.Table.from_pylist(phases))
-        write_partition(
-            run_dir,
-            "cycles",
-            rank,
-            pa.Table.from_pylist(cycles)
-            if cycles
-            else pa.table({"cycle": pa.array([], pa.int64())}),
-        )
-        result.phases += len(phases)
-        result.cycles += len(cycles)
     main = max(group, key=lambda p: p.n_records)
     rows = list(_manifest_rows(main, run))
     manifests = pa.table(
@@ -335,9 +331,10 @@ def _merge_rank(
         }
     )
     write_partition(run_dir, "manifests", rank, manifests, part=COLLECTOR_MANIFEST_PART)
-    if recs:
+    if recs.height:
         result.ranks.append(rank)
-    return {r["phase"] for r in recs if r["kind"] == "phase" and r["phase"]}
+    ran = recs.filter((pl.col("kind") == "phase") & (pl.col("phase") != ""))["phase"]
+    return set(ran.unique().to_list())
 
 
 def _report_missing_ranks(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import InputError
-from tracekit.store.numbering import CycleIds
+from tracekit.store.cycle_numbers import CycleIds
 from tracekit.store.raw.processes import ProcessData, SegmentDamage
 
 
@@ -136,8 +136,8 @@ def report_dropped(by_rank: dict[int, list[ProcessData]], warnings: list[str]) -
     align = all(len([p for p in g if p.n_records]) <= 1 for g in by_rank.values())
     for rank in sorted(by_rank):
         for p in by_rank[rank]:
-            cycles = [r["cycle"] for r in p.records if r["cycle"] >= 0]
-            first = min(cycles) if cycles else None
+            started = p.records["cycle"].filter(p.records["cycle"] >= 0)
+            first = int(started.min()) if started.len() else None  # type: ignore[arg-type]
             d = _dropped(p)
             if not d:
                 if first is not None:

@@ -1,7 +1,7 @@
 """Where a phase range sits: its nesting (depth, parent, top) and its cycle. The one definition.
 
 Every phase range comes through here, whatever recorded it: merge places the collector's records
-before it writes the `phases` table (tracekit/store/numbering.py), the analyzers place a
+before it writes the `phases` table (tracekit/store/rank_tables.py), the analyzers place a
 trace's annotation ranges (full mode, foreign traces: analyzers/phases.py) and trust the
 `phases` table for the records. docs/DEFINITIONS.md ("Phase instance", "Cycle") states the
 rules; tests/unit/store/test_placement.py checks them.

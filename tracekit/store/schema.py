@@ -104,6 +104,11 @@ PHASES = pa.schema(
         pa.field("accept_len", pa.float64()),
         pa.field("ok", pa.bool_()),  # False when the wrapped call raised
         pa.field("target", pa.string()),  # module:Qualname that was wrapped
+        # the row's place in nesting order on this rank (store/placement.py `nest`), and the
+        # `inst` of the outermost range holding it (itself at depth 0); null in stores merged
+        # before merge wrote them (the analyzers then derive them)
+        pa.field("inst", pa.int64()),
+        pa.field("top", pa.int64()),
     ]
 )
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
+from tests.unit.store._records import phases_and_cycles
 from tracekit.collectors import accept as acc
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.errors import CollectorError
-from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
 from tracekit.store.raw.ipc import read_stream
 from tracekit.store.raw.records import decode

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from tests.unit.store._records import phases_and_cycles
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.profiler import CycleCounter, CycleWindow, ProfileWindow
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.raw.files import PROCESS_FILE, RECORDS_FILE
 from tracekit.store.raw.ipc import read_stream
 from tracekit.store.raw.records import read_records
@@ -29,7 +29,7 @@ def _disk(rec: Recorder) -> list[dict[str, Any]]:
     assert table is not None
     rows, why = read_records(rec.dir, table)
     assert why is None
-    return rows
+    return list(rows.to_dicts())
 
 
 def _steps(rec: Recorder) -> Any:

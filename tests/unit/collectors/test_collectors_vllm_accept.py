@@ -30,11 +30,11 @@ from typing import Any
 import polars as pl
 import pytest
 
+from tests.unit.store._records import phases_and_cycles
 from tracekit.analyzers.acceptance import DETAIL, pooled
 from tracekit.collectors import phasemap as pm
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.raw.processes import read_processes
 
 STEPS: list[tuple[dict[str, list[int]], list[int]]] = [
@@ -144,7 +144,7 @@ def _run(tmp: Path, shape: str) -> list[dict[str, Any]]:
         fetch(pending)
     rec.close()
     (proc,) = read_processes(tmp)
-    records = [dict(x, pid=proc.pid) for x in proc.records]
+    records = proc.records.to_dicts()  # with its pid
     return phases_and_cycles(records, CFG)[1]
 
 

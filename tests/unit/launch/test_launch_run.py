@@ -16,7 +16,7 @@ from tracekit.launch.launcher import launch
 from tracekit.launch.options import LaunchOptions
 from tracekit.launch.runjson import cycle_rule
 from tracekit.launch.supervise import Supervision
-from tracekit.store.raw.run import parse_cycle_rule
+from tracekit.store.raw.cycle_rule import parse_cycle_rule
 
 MAP = """
 [adapter]

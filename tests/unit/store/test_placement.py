@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,12 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tests.conftest import SAMPLE_TRACES
+from tests.unit.store._records import phases_and_cycles
 from tracekit.analyzers._load import read_rank
 from tracekit.analyzers.cycles import assign_cycles
 from tracekit.analyzers.phases import annotation_phases, collector_phases
 from tracekit.analyzers.rules import load_rules
 from tracekit.store.merge import merge
-from tracekit.store.numbering import phases_and_cycles
 from tracekit.store.placement import OUTSIDE, _nest_loop, nest, nesting_order, place
 
 SCHEMA = {
@@ -288,3 +289,33 @@ def test_merge_and_annotations_agree_on_a_sample_run(tmp_path: Path) -> None:
     assert counts(ann.instances) == counts(rec.instances)
     assert ann.instances.filter(pl.col("depth") > 0).height > 0
     assert ann.instances.filter(pl.col("cycle") < 0).height == 0
+
+
+@pytest.mark.slow  # merges a sample run: about 2 s
+def test_analyzers_read_the_nesting_merge_wrote(tmp_path: Path) -> None:
+    # GIVEN a light-mode sample run merged (its `phases` table holds inst and top)
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE_TRACES / "gpu_h200_light" / "graph", run)
+    merge(run)
+    inputs = read_rank(run, 0)
+    assert inputs.phases is not None
+    table = inputs.phases
+    # WHEN the analyzers take the rank's phases
+    got = collector_phases(inputs)
+    assert got is not None
+    # THEN their instances are the table's rows in its `inst` order, with its `top`
+    assert got.instances["inst"].to_list() == sorted(table["inst"].to_list())
+    by_inst = table.sort("inst")
+    assert got.instances["top"].to_list() == by_inst["top"].to_list()
+    assert got.instances.filter(pl.col("depth") > 0).height > 0
+    # AND they are taken as written, not derived again: a `top` changed in the table is read
+    moved = table.with_columns(
+        pl.when(pl.col("depth") > 0).then(pl.lit(-7)).otherwise(pl.col("top")).alias("top")
+    )
+    read = collector_phases(replace(inputs, phases=moved))
+    assert read is not None
+    assert read.instances.filter(pl.col("depth") > 0)["top"].unique().to_list() == [-7]
+    # AND a store merged before `inst`/`top` were written gives the same instances
+    old = collector_phases(replace(inputs, phases=table.drop("inst", "top")))
+    assert old is not None
+    assert_frame_equal(old.instances, got.instances, check_column_order=False)

@@ -1,19 +1,32 @@
 """Acceptance as the server counts it (tracekit/store/acceptance.py, analyzers/acceptance.py):
 hand-built steps whose pooled figures were computed by hand (DEFINITIONS.md "Acceptance
-length"), and the delta rule's last cycle (numbering.apply_deltas)."""
+length"), and the delta rule's last cycle (accept_deltas.apply_deltas)."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
 
+from tests.unit.store._records import phases_and_cycles
 from tracekit.analyzers.acceptance import DETAIL, pooled
 from tracekit.analyzers.steady import CycleChoice
-from tracekit.store.acceptance import step_accept
-from tracekit.store.numbering import phases_and_cycles
+from tracekit.store.acceptance import pooled_steps
+
+LISTS = pl.List(pl.Float64)
+
+
+def step_accept(tokens: list[list[float]], drafted: list[list[float]]) -> dict[str, Any] | None:
+    """One step's counts from its readings (each a row's list), by `pooled_steps`."""
+    rows = [(0, t, None) for t in tokens] + [(0, None, d) for d in drafted]
+    frame = pl.DataFrame(
+        rows, schema={"k": pl.Int64, "acc_tokens": LISTS, "acc_drafted": LISTS}, orient="row"
+    )
+    got = pooled_steps(frame, ["k"]).drop("k").to_dicts()
+    return got[0] if got else None
 
 
 def test_step_pools_over_the_requests_that_drafted() -> None:
@@ -24,22 +37,32 @@ def test_step_pools_over_the_requests_that_drafted() -> None:
     # drafting request (not the mean of the per-request lengths, 5 / 3 = 1.67), acceptance
     # rate 2 / 8 = 0.25, position 0 and 1 accepted once (the first request)
     assert s is not None
-    assert (s.drafts, s.drafted, s.accepted, s.requests) == (2, 8, 2.0, 3)
-    assert s.accept_len == 2.0
-    assert s.per_pos == (1, 1, 0, 0)
+    assert s == {
+        "drafts": 2,
+        "drafted_tokens": 8,
+        "accepted_tokens": 2.0,
+        "requests": 3,
+        "accepted_per_pos": [1, 1, 0, 0],
+        "accept_len": 2.0,
+    }
 
 
 def test_step_without_drafts_carries_none_and_without_drafted_rule_each_request_drafted() -> None:
     # a step where no request drafted (n-gram found no match): no acceptance
     s = step_accept(tokens=[[1, 1]], drafted=[[]])
     assert s is not None
-    assert (s.drafts, s.accepted, s.requests, s.accept_len) == (0, 0.0, 2, None)
+    assert (s["drafts"], s["accepted_tokens"], s["requests"], s["accept_len"]) == (0, 0.0, 2, None)
     # no drafted rule in the map: each request that emitted a token counts as one that drafted
     # (a discarded request, 0 tokens, does not): 1 + (2 + 0) / 2 = 2.0
     s = step_accept(tokens=[[3, 1, 0]], drafted=[])
     assert s is not None
-    assert (s.drafts, s.accepted, s.requests, s.accept_len) == (2, 2.0, 2, 2.0)
-    assert s.per_pos == (1, 1)
+    assert (s["drafts"], s["accepted_tokens"], s["requests"], s["accept_len"]) == (2, 2.0, 2, 2.0)
+    assert s["drafted_tokens"] is None
+    assert s["accepted_per_pos"] == [1, 1]
+    # a fraction of a token accepted (a mean read as the count): no per-position counts
+    s = step_accept(tokens=[[2.5]], drafted=[[3]])
+    assert s is not None
+    assert (s["accepted_tokens"], s["accepted_per_pos"]) == (1.5, None)
     assert step_accept([], []) is None
 
 
@@ -62,7 +85,7 @@ def test_pooled_over_cycles_is_vllms_mean_not_the_mean_of_cycles() -> None:
     assert a is not None
     assert b is not None
     assert c is not None
-    rows = [(i, s.accept_len, *s.row().values()) for i, s in enumerate((a, b, c))]
+    rows = [(i, s["accept_len"], *(s[k] for k in DETAIL)) for i, s in enumerate((a, b, c))]
     got = pooled(_steps(rows))
     # THEN 1 + (2 + 4) / (2 + 1) = 3.0 (the mean of the cycles' 2.0 and 5.0 would be 3.5),
     # rate 6 / 12 = 0.5, positions [2, 2, 1, 1] / 3 drafts, requests a step (3 + 1 + 2) / 3
@@ -221,3 +244,53 @@ def test_runs_without_readings_read_as_before(tmp_path: Path) -> None:
     # a cut last line (a killed process) and a damaged one are skipped
     assert read_accepts(tmp_path) == {("phase", 3): {"t": [3.0, 1.0]}, ("cycle", 4): {"d": [2.0]}}
     assert step_counts(tmp_path) is None  # no store: no per-request counts
+
+
+def _one_by_one(tokens: list[list[float]], drafted: list[list[float]]) -> dict[str, Any] | None:
+    """The step's counts request by request, as DEFINITIONS.md "Acceptance length" says them
+    (the oracle of the columnar `pooled_steps`)."""
+    toks = [t for lst in tokens for t in lst]
+
+    def per_pos(acc: list[float], width: int) -> list[int] | None:
+        if any(a != int(a) for a in acc):
+            return None
+        return [sum(1 for a in acc if a > p) for p in range(width)]
+
+    if drafted:
+        dl = [d for lst in drafted for d in lst]
+        acc = [max(t - 1.0, 0.0) for t in toks]
+        drafts, requests = sum(1 for d in dl if d > 0), sum(1 for t in toks if t >= 1)
+        out = {"drafts": drafts, "drafted_tokens": int(sum(dl)), "accepted_tokens": sum(acc)}
+        out |= {"requests": requests if tokens else None}
+        out |= {"accepted_per_pos": per_pos(acc, int(max(dl + acc, default=0)))}
+    elif tokens:
+        acc = [t - 1.0 for t in toks if t >= 1]
+        out = {"drafts": len(acc), "drafted_tokens": None, "accepted_tokens": float(sum(acc))}
+        out |= {"requests": len(acc), "accepted_per_pos": per_pos(acc, int(max(acc, default=0)))}
+    else:
+        return None
+    out["accept_len"] = 1.0 + out["accepted_tokens"] / out["drafts"] if out["drafts"] else None
+    return out
+
+
+def test_pooled_steps_agree_with_the_definition_request_by_request() -> None:
+    # GIVEN 300 random steps: 0-3 readings of each rule, 0-4 requests a reading, tokens
+    # 0-6 (a few fractional), draft tokens 0-5
+    rng = random.Random(26)
+
+    def reading() -> list[float]:
+        return [
+            rng.choice([float(rng.randint(0, 6)), rng.randint(0, 12) / 2])
+            for _ in range(rng.randint(0, 4))
+        ]
+
+    for _ in range(300):
+        tokens = [reading() for _ in range(rng.randint(0, 3))]
+        drafted = [
+            [float(rng.randint(0, 5)) for _ in r]
+            for r in (reading() for _ in range(rng.randint(0, 3)))
+        ]
+        # THEN the columns equal the request-by-request counts
+        want = _one_by_one(tokens, drafted)
+        got = step_accept(tokens, drafted)
+        assert got == want, (tokens, drafted)

@@ -10,7 +10,7 @@ import pytest
 
 from tests.outputs_synth import make_run
 from tracekit.store import clock
-from tracekit.store.parts import join
+from tracekit.store.join_nodes import join
 from tracekit.store.reader import scan_table
 
 

@@ -1,4 +1,4 @@
-"""Cycle numbers that survive lost records (tracekit/store/numbering.py `cycle_ids`), and merge's
+"""Cycle numbers that survive lost records (tracekit/store/cycle_numbers.py `cycle_ids`), and merge's
 warning about a damaged middle segment, on hand-built records whose answers are worked out by
 hand in each test."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from tests.unit.store.test_store_merge import EOS, MAP_TARGET, cycle_rows, write_map, write_proc
 from tracekit.errors import InputError
+from tracekit.store.cycle_numbers import cycle_ids
 from tracekit.store.merge import merge
-from tracekit.store.numbering import cycle_ids
 from tracekit.store.raw.schema import raw_schema
 from tracekit.store.reader import read_table
 

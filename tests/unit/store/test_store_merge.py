@@ -12,7 +12,7 @@ from tracekit.collectors import phasemap as pm
 from tracekit.errors import InputError
 from tracekit.launch.runjson import cycle_rule
 from tracekit.store.merge import merge
-from tracekit.store.raw.run import CYCLE_RULE_KEY
+from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY
 from tracekit.store.raw.schema import RAW_COLUMNS, raw_schema
 from tracekit.store.reader import read_table
 
@@ -302,3 +302,49 @@ def test_merge_says_nothing_of_the_rule_when_its_phase_ran(tmp_path: Path) -> No
     write_map(raw, MAP_TARGET)
     write_proc(raw, 100, cycle_rows(2), rank=0, world=1)
     assert not [w for w in merge(tmp_path).warnings if "never ran" in w]
+
+
+def test_merge_writes_each_phase_rows_nesting_once(tmp_path: Path) -> None:
+    # GIVEN two cycles, each verify holding an allreduce, and an allreduce outside any cycle
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_map(raw, MAP_TARGET)
+    write_proc(raw, 5, cycle_rows(2, prefill=False), rank=0)
+    # WHEN merged
+    merge(tmp_path)
+    # THEN each row carries its place in nesting order (`inst`: by thread, start, longer
+    # first) and the `inst` of its outermost range (`top`), by hand
+    got = read_table(tmp_path, "phases").sort("start_ns")
+    want = [  # phase, start, inst, top, depth, parent, cycle
+        ("draft", 1, 0, 0, 0, None, 0),
+        ("verify", 21, 1, 1, 0, None, 0),
+        ("allreduce", 30, 2, 1, 1, "verify", 0),
+        ("draft", 101, 3, 3, 0, None, 1),
+        ("verify", 121, 4, 4, 0, None, 1),
+        ("allreduce", 130, 5, 4, 1, "verify", 1),
+        ("allreduce", 10_000, 6, 6, 0, None, -1),
+    ]
+    cols = ("phase", "start_ns", "inst", "top", "depth", "parent", "cycle")
+    assert (
+        list(got.select(*cols).cast({"phase": pl.String, "parent": pl.String}).iter_rows()) == want
+    )
+
+
+def test_merge_on_threads_writes_the_same_tables(tmp_path: Path) -> None:
+    # GIVEN a run of three ranks
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_map(raw, MAP_TARGET)
+    for rank in range(3):
+        write_proc(raw, 100 + rank, cycle_rows(4 + rank), rank=rank, world=3)
+    # WHEN merged one rank after the other, then on three threads
+    one = merge(tmp_path, threads=1)
+    tables = {t: read_table(tmp_path, t).sort("rank", "start_ns") for t in ("phases", "cycles")}
+    three = merge(tmp_path, threads=3)
+    # THEN the same tables and result
+    assert (one.ranks, one.phases, one.cycles) == (three.ranks, three.phases, three.cycles)
+    # a prefill verify, draft + verify + allreduce a cycle, a loose allreduce
+    assert one.phases == sum(2 + 3 * n for n in (4, 5, 6))
+    assert one.cycles == 4 + 5 + 6
+    for t, before in tables.items():
+        assert read_table(tmp_path, t).sort("rank", "start_ns").equals(before)

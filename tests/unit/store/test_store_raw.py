@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from tracekit.errors import InputError
+from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY, read_cycle_rule
 from tracekit.store.raw.files import (
     RECORDS_FILE,
     SITES_FILE,
@@ -23,7 +24,6 @@ from tracekit.store.raw.files import (
 from tracekit.store.raw.ipc import StreamWriter, read_stream
 from tracekit.store.raw.nvml import NVML_COLUMNS, nvml_schema, read_samples, samples_batch
 from tracekit.store.raw.records import encode_rows, read_records
-from tracekit.store.raw.run import CYCLE_RULE_KEY, read_cycle_rule
 from tracekit.store.raw.schema import RAW_COLUMNS, ROW, raw_schema, row_dtype
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC end-of-stream: continuation, length 0
@@ -214,9 +214,10 @@ def test_decode_names_the_codes_from_the_site_table(tmp_path: Path) -> None:
     write_json(d / SITES_FILE, {"sites": sites})
     # WHEN merge's reader reads the process
     table, _complete, _err = read_stream(d / RECORDS_FILE)
-    got, why = read_records(d, table)
+    frame, why = read_records(d, table)
     # THEN every code is a name, the parent too, seq positive again
     assert why is None
+    got = frame.to_dicts()
     assert [(r["kind"], r["phase"], r["parent"], r["seq"]) for r in got] == [
         ("phase", "verify", None, 5),
         ("phase", "allreduce", "verify", 6),
@@ -230,13 +231,13 @@ def test_records_without_a_site_table_or_with_other_columns_are_refused(tmp_path
     d.mkdir()
     table = pa.Table.from_batches([_batch(0, 2)])
     rows, why = read_records(d, table)
-    assert rows == []
+    assert rows is None
     assert why is not None
     assert why.startswith(str(d / SITES_FILE))
     # the first record format (names on every row, no `code`) is no longer read
     old = pa.table({"kind": ["phase"], "cycle": [0], "depth": [0], "seq": [1]})
     rows, why = read_records(d, old)
-    assert rows == []
+    assert rows is None
     assert why is not None
     assert "not a tracekit record stream" in why
 

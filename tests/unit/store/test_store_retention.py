@@ -14,8 +14,8 @@ from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.launch.runjson import cycle_rule
 from tracekit.store.merge import merge
+from tracekit.store.raw.cycle_rule import CYCLE_RULE_KEY
 from tracekit.store.raw.files import list_segments
-from tracekit.store.raw.run import CYCLE_RULE_KEY
 from tracekit.store.reader import read_table
 
 MAP = """

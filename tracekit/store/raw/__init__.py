@@ -9,10 +9,10 @@ server) and merge (in `tracekit merge` / the launcher) never spell the format tw
   the site kinds, the Arrow IPC end-of-stream marker;
 - `ipc`: Arrow IPC stream writing (a file appended with one `os.write` a message) and reading
   (every complete batch of a whole, cut or damaged stream);
-- `records`: packed rows -> one record batch (writer), record batch + sites.json -> decoded
-  rows (reader);
+- `records`: packed rows -> one record batch (writer), record batch + sites.json -> a decoded
+  polars frame (reader: merge; live/ takes it as one dict a row);
 - `nvml`: the launcher's NVML samples (file names, schema, batches, reading);
-- `run`: the phase map's cycle rule as the launcher writes it into run.json, read by merge;
+- `cycle_rule`: the phase map's cycle rule as the launcher writes it into run.json, read by merge;
 - `processes`: every `pid-<pid>/` of a run read whole (merge's input).
 
 Code inside the server imports these modules, so each imports only the standard library at

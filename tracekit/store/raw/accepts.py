@@ -73,10 +73,20 @@ def read_accepts(pid_dir: Path) -> dict[tuple[str, int], dict[str, list[float]]]
     return out
 
 
-def attach_accepts(records: list[dict[str, Any]], pid_dir: Path) -> None:
-    """Give each decoded record its readings: `acc_tokens`, `acc_drafted` (None if none)."""
+def attach_accepts(records: Any, pid_dir: Path) -> Any:
+    """The decoded records (a polars frame) with their readings: `acc_tokens`, `acc_drafted`
+    (lists; null where the row has none), joined on (kind, seq)."""
+    import polars as pl
+
     found = read_accepts(pid_dir)
-    for r in records:
-        slot = found.get((r["kind"], r["seq"])) if found else None
-        r["acc_tokens"] = slot.get("t") if slot else None
-        r["acc_drafted"] = slot.get("d") if slot else None
+    lists = pl.List(pl.Float64)
+    readings = pl.DataFrame(
+        {
+            "kind": [k for k, _ in found],
+            "seq": [s for _, s in found],
+            "acc_tokens": [v.get("t") for v in found.values()],
+            "acc_drafted": [v.get("d") for v in found.values()],
+        },
+        schema={"kind": pl.String, "seq": pl.Int64, "acc_tokens": lists, "acc_drafted": lists},
+    )
+    return records.join(readings, on=["kind", "seq"], how="left", maintain_order="left")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.store.raw.accepts import attach_accepts
 from tracekit.store.raw.files import (
@@ -24,8 +24,11 @@ from tracekit.store.raw.files import (
     segment_name,
 )
 from tracekit.store.raw.ipc import read_stream
-from tracekit.store.raw.records import read_records
+from tracekit.store.raw.records import empty_records, read_records
 from tracekit.store.raw.schema import raw_schema
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -46,7 +49,7 @@ class ProcessData:
     dir: Path
     info: dict[str, Any]
     manifest: dict[str, dict[str, str]]
-    records: list[dict[str, Any]]
+    records: pl.DataFrame  # its decoded records (raw/records.py `decoded`), with `pid`
     complete: bool  # record stream ended with its end-of-stream marker
     read_error: str | None = None
     damaged: str | None = None  # why none of its records could be read, naming the file
@@ -61,7 +64,7 @@ class ProcessData:
 
     @property
     def n_records(self) -> int:
-        return len(self.records)
+        return int(self.records.height)
 
 
 def _expected_indexes(info: dict[str, Any], present: list[int]) -> list[int]:
@@ -161,12 +164,15 @@ def _read_process(pid: int, d: Path) -> ProcessData:
     """One process directory: its state, manifest, records (all segments) and Kineto trace."""
     info, info_error = read_json(d / PROCESS_FILE)
     manifest, manifest_error = read_json(d / MANIFEST_FILE)
-    records: list[dict[str, Any]] = []
+    import polars as pl
+
+    records = None
     damaged = None
     table, complete, err, rec_path, damage = _read_segments(d, info)
     if table is not None and table.num_rows:
         records, damaged = read_records(d, table)
-        attach_accepts(records, d)
+        if records is not None:
+            records = attach_accepts(records, d).with_columns(pl.lit(pid, pl.Int64).alias("pid"))
     elif err:
         damaged = f"{rec_path}: {err}"
     kineto = d / KINETO_FILE
@@ -179,7 +185,7 @@ def _read_process(pid: int, d: Path) -> ProcessData:
             for k, v in manifest.items()
             if isinstance(v, dict)
         },
-        records=records,
+        records=records if records is not None else empty_records(),
         complete=complete,
         read_error=err,
         damaged=damaged,
@@ -198,6 +204,9 @@ def _read_process(pid: int, d: Path) -> ProcessData:
     return proc
 
 
-def read_processes(raw: Path) -> list[ProcessData]:
-    """Every recorded process under `raw` (RUN_DIR/raw), in the order of their directories."""
-    return [_read_process(pid, d) for pid, d in process_dirs(raw)]
+def read_processes(raw: Path, threads: int | None = None) -> list[ProcessData]:
+    """Every recorded process under `raw` (RUN_DIR/raw), in the order of their directories,
+    read on up to `threads` threads (default: one a core; store/threads.py)."""
+    from tracekit.store.threads import thread_map
+
+    return thread_map(lambda item: _read_process(*item), process_dirs(raw), threads)

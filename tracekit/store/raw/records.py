@@ -1,4 +1,5 @@
-"""Record batches: packed rows -> a batch (the recorder's flush), a batch -> rows (merge)."""
+"""Record batches: packed rows -> a batch (the recorder's flush), a batch -> a decoded frame
+(merge; one dict a row for live/)."""
 
 from __future__ import annotations
 
@@ -55,25 +56,80 @@ def valid_sites(data: dict[str, Any]) -> list[dict[str, Any]] | None:
     return sites
 
 
+def record_types() -> dict[str, Any]:
+    """The polars types of a decoded record's columns, in order: the raw row's (`parent` a
+    phase name), then kind, phase, target, the accept readings (`accepts.py`) and the process id."""
+    import polars as pl
+
+    raw = pl.from_arrow(raw_schema().empty_table())
+    assert isinstance(raw, pl.DataFrame)
+    out: dict[str, Any] = dict(raw.schema, parent=pl.String)
+    out.update(kind=pl.String, phase=pl.String, target=pl.String)
+    out.update(acc_tokens=pl.List(pl.Float64), acc_drafted=pl.List(pl.Float64), pid=pl.Int64)
+    return out
+
+
+def empty_records() -> Any:
+    """A frame of no decoded records (`record_types`' columns)."""
+    import polars as pl
+
+    return pl.DataFrame(schema=record_types())
+
+
+def _site_frame(sites: list[dict[str, Any]]) -> Any:
+    import polars as pl
+
+    return pl.DataFrame(
+        {
+            "_code": [int(s["code"]) for s in sites],
+            "_kind": [str(s["kind"]) for s in sites],
+            "_phase": [str(s["phase"]) for s in sites],
+            "_target": [str(s.get("target", "")) for s in sites],
+        },
+        schema={"_code": pl.Int32, "_kind": pl.String, "_phase": pl.String, "_target": pl.String},
+    ).unique("_code", keep="last", maintain_order=True)
+
+
+def decoded(table: Any, sites: list[dict[str, Any]]) -> Any:
+    """Raw rows (an Arrow table or batch) as a polars frame with their site codes resolved:
+    kind, phase (null on cycle rows), parent (the enclosing phase's name), target; `seq`
+    made positive again (the cycle row of a site that is also a phase carries -seq). A code
+    missing from the site table reads as phase `code<N>`."""
+    import polars as pl
+
+    raw = pl.from_arrow(table)
+    assert isinstance(raw, pl.DataFrame)
+    by_code = _site_frame(sites)
+    parents = by_code.select(pl.col("_code").alias("parent"), pl.col("_phase").alias("_pname"))
+    kind = pl.col("_kind").fill_null("phase")
+    df = (
+        raw.join(by_code, left_on="code", right_on="_code", how="left", maintain_order="left")
+        .join(parents, on="parent", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("_pname").alias("parent"),
+            pl.col("seq").abs(),
+            kind.alias("kind"),
+            pl.when(pl.col("_kind").is_null())
+            .then(pl.format("code{}", pl.col("code")))
+            .when(kind == "phase")
+            .then(pl.col("_phase"))
+            .alias("phase"),
+            pl.col("_target").fill_null("").alias("target"),
+        )
+    )
+    return df.select(*RAW_COLUMNS, "kind", "phase", "target")
+
+
 def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Raw rows with their site codes resolved: kind, phase, parent (name), target; `seq` made
-    positive again (the cycle row of a site that is also a phase carries -seq)."""
-    rows: list[dict[str, Any]] = table.to_pylist()
-    by_code = {int(s["code"]): s for s in sites}
-    for r in rows:
-        site = by_code.get(r["code"], {"kind": "phase", "phase": f"code{r['code']}", "target": ""})
-        r["kind"] = site["kind"]
-        r["phase"] = site["phase"] if site["kind"] == "phase" else None
-        r["target"] = site["target"]
-        parent = by_code.get(r["parent"]) if r["parent"] is not None and r["parent"] >= 0 else None
-        r["parent"] = parent["phase"] if parent else None
-        r["seq"] = abs(r["seq"])
+    """`decoded` as one dict a row, for code that follows records one by one (live/)."""
+    rows: list[dict[str, Any]] = decoded(table, sites).to_dicts()
     return rows
 
 
-def read_records(pid_dir: Path, table: Any) -> tuple[list[dict[str, Any]], str | None]:
-    """The decoded records of one process (its segments' `table`, its `sites.json`), or
-    ([], why they cannot be used, naming the file). Rows missing a key value are left out."""
+def read_records(pid_dir: Path, table: Any) -> tuple[Any, str | None]:
+    """The decoded records of one process (its segments' `table`, its `sites.json`) as a
+    polars frame, or (None, why they cannot be used, naming the file). Rows missing a key
+    value are left out."""
     import pyarrow as pa
 
     schema = raw_schema()
@@ -81,13 +137,13 @@ def read_records(pid_dir: Path, table: Any) -> tuple[list[dict[str, Any]], str |
         table = table.select(schema.names).cast(schema)
     except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         names = ", ".join(table.column_names)[:120]
-        return [], f"{pid_dir / RECORDS_FILE}: not a tracekit record stream (columns {names})"
+        return None, f"{pid_dir / RECORDS_FILE}: not a tracekit record stream (columns {names})"
     data, why = read_json(pid_dir / SITES_FILE)
     sites = valid_sites(data)
     if sites is None:
         why = why or ("missing" if not data else "not a tracekit site table")
-        return [], f"{pid_dir / SITES_FILE}: {why}, so its records cannot be named"
-    return decode(complete(table), sites), None
+        return None, f"{pid_dir / SITES_FILE}: {why}, so its records cannot be named"
+    return decoded(complete(table), sites), None
 
 
 def complete(table: Any) -> Any:

@@ -224,29 +224,27 @@ def copy_partition(src: str, dst: str, table: str, offset_ns: int) -> int:
     return int(data.num_rows)
 
 
-def join(
-    paths: Sequence[Path],
-    out: Path,
-    *,
-    nnodes: int | None = None,
-    map_fn: MapFn | None = None,
-    force: bool = False,
-) -> JoinResult:
-    """Join the parts `paths` (see the module text) into the run directory `out`; an `out`
-    holding another run is refused unless `force`."""
-    out = Path(out)
-    result = JoinResult(run_dir=out)
+def _parts_in(paths: Sequence[Path], out: Path, force: bool) -> list[Path]:
+    """The part directories to join into `out`; InputError when there are none, `out` is
+    one of them, or `out` holds another run (unless `force`)."""
     parts_in = expand(paths)
     if not parts_in:
         msg = "no parts to merge; pass the node directories (`RUN/parts/node-K`) or RUN itself"
         raise InputError(msg)
-    resolved = {p.resolve() for p in parts_in}
-    if out.resolve() in resolved:
+    if out.resolve() in {p.resolve() for p in parts_in}:
         msg = f"{out}: is one of the parts; pass another directory with `-o`"
         raise InputError(msg)
     if not force:
         _refuse_other_run(out, parts_in)
-    run_map = map_fn or _serial_map
+    return parts_in
+
+
+def _read_parts(
+    parts_in: list[Path], run_map: MapFn, nnodes: int | None, result: JoinResult
+) -> list[Part]:
+    """Each part, merged first when it has only raw output, read and checked (a node given
+    twice, a rank in two parts), in rank order; the nodes (`nnodes` when given, else the
+    parts' count) and those missing into `result`."""
     for warnings in run_map(merge_part, [(str(p),) for p in parts_in if needs_merge(p)]):
         result.warnings.extend(warnings)
     parts = [read_part(p, i, result.warnings) for i, p in enumerate(parts_in)]
@@ -257,7 +255,6 @@ def join(
         raise InputError(msg)
     _check_ranks(parts)
     parts.sort(key=lambda p: min(p.ranks))
-    result.parts = parts
     result.nnodes = nnodes or max([p.nnodes or 0 for p in parts] + [len(parts)])
     if nodes or nnodes:
         result.missing_nodes = [n for n in range(result.nnodes) if n not in nodes]
@@ -266,18 +263,14 @@ def join(
             f"node(s) {result.missing_nodes} of {result.nnodes} have no part (not launched, "
             "or their directory was not given); merged the others"
         )
-    result.clock = clk.align([(p.name, p.host, p.path) for p in parts])
-    for c in result.clock:
-        if c.method == "wall clock":
-            result.warnings.append(
-                f"{c.part}: no collectives in common with {result.clock[0].part}, so its wall "
-                "clock is kept (error unknown: NTP-synchronised hosts differ by up to about "
-                "a millisecond)"
-            )
-    for table in TABLES:
-        shutil.rmtree(RunLayout(out).table_dir(table), ignore_errors=True)
+    return parts
+
+
+def _copy_jobs(out: Path, result: JoinResult) -> list[tuple[str, str, str, int]]:
+    """(source file, destination, table, clock offset) of every partition of every part;
+    the counters of a GPU no rank of its part used are left out (one warning each)."""
     jobs: list[tuple[str, str, str, int]] = []
-    for p, c in zip(parts, result.clock, strict=True):
+    for p, c in zip(result.parts, result.clock, strict=True):
         for table in TABLES:
             for rank, f in table_files(p.path, table):
                 if f.name == NODE_MANIFEST_PART:
@@ -290,6 +283,35 @@ def join(
                     continue
                 dst = RunLayout(out).partition_dir(table, rank) / f.name
                 jobs.append((str(f), str(dst), table, c.offset_ns))
+    return jobs
+
+
+def join(
+    paths: Sequence[Path],
+    out: Path,
+    *,
+    nnodes: int | None = None,
+    map_fn: MapFn | None = None,
+    force: bool = False,
+) -> JoinResult:
+    """Join the parts `paths` (see the module text) into the run directory `out`; an `out`
+    holding another run is refused unless `force`."""
+    out = Path(out)
+    result = JoinResult(run_dir=out)
+    parts_in = _parts_in(paths, out, force)
+    run_map = map_fn or _serial_map
+    result.parts = parts = _read_parts(parts_in, run_map, nnodes, result)
+    result.clock = clk.align([(p.name, p.host, p.path) for p in parts])
+    for c in result.clock:
+        if c.method == "wall clock":
+            result.warnings.append(
+                f"{c.part}: no collectives in common with {result.clock[0].part}, so its wall "
+                "clock is kept (error unknown: NTP-synchronised hosts differ by up to about "
+                "a millisecond)"
+            )
+    for table in TABLES:
+        shutil.rmtree(RunLayout(out).table_dir(table), ignore_errors=True)
+    jobs = _copy_jobs(out, result)
     counts = run_map(copy_partition, jobs)
     for (_src, _dst, table, _off), n in zip(jobs, counts, strict=True):
         result.rows[table] = result.rows.get(table, 0) + int(n)
