@@ -34,8 +34,8 @@ import polars as pl
 
 from tracekit.errors import InputError
 from tracekit.store.placement import nest
-from tracekit.store.raw.files import read_json
 from tracekit.store.raw.cycle_rule import CycleRule, read_cycle_rule
+from tracekit.store.raw.files import read_json
 
 if TYPE_CHECKING:
     import pyarrow as pa

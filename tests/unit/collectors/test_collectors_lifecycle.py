@@ -269,7 +269,8 @@ def test_a_full_batch_is_written_by_the_flush_thread_not_the_programs(tmp_path: 
     time.sleep(0.05)
     # THEN the full batches were written by the flush thread (woken, not waited for): the
     # program's thread wrote nothing, and process.json counts them under `flush_cost`
-    assert writers and program not in writers
+    assert writers
+    assert program not in writers
     assert len(_disk(rec)) >= 60
     info = json.loads((rec.dir / PROCESS_FILE).read_text())
     assert info["flush_cost"]["on_program_threads"] == 1  # the opening flush, before the calls
