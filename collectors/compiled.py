@@ -17,9 +17,9 @@ forward, transformers' `get_compiled_call`) passes through
 returned callable is wrapped once more, outside traced code (`Boundaries.wrap`), and that
 wrapper sets this thread's current compiled call while it runs. Dynamo compiles on the calling
 thread inside that call, so `noted` attaches the site to it. From then on each call of the
-compiled callable goes through the recorder's `enter` / `exit` with that site: the same phase
-name, nesting, cycle rule and acceptance as an eager call. The call that compiled is recorded
-after it returns, from its start.
+compiled callable is recorded with that site (the native hot path where it can be, else
+`enter` / `exit`): the same phase name, nesting, cycle rule and acceptance as an eager call.
+The call that compiled is recorded after it returns, from its start.
 
 Which site a compiled callable records: the first one traced at its top (not inside another
 mapped target's call in the same trace, and not an `allreduce` phase: a compiled call that
@@ -52,6 +52,7 @@ _BOUNDARY = "__tracekit_boundary__"
 _tls = threading.local()  # .call: [Boundary, entered frame or None, discovered?] of this thread
 _gates: dict[int, tuple[Callable[[], bool], Callable[[], bool]]] = {}
 _noted: list[Callable[[], bool]] = []
+_gates_keep: list[Any] = []  # the sites with a gate: keeps each id(site) unique
 _state: Boundaries | None = None  # the process's boundaries (set by `Boundaries.install`)
 _dyn: Callable[[], bool] | None = None
 
@@ -89,11 +90,8 @@ def gate(site: Site) -> tuple[Callable[[], bool], Callable[[], bool]]:
     _noted.append(noted)
     pair = (dyn, noted)
     _gates[id(site)] = pair
-    _gates_keep.append(site)  # keeps id(site) unique while its gate exists
+    _gates_keep.append(site)
     return pair
-
-
-_gates_keep: list[Any] = []
 
 
 def _traced(site: Site) -> bool:

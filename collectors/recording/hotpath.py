@@ -2,7 +2,7 @@
 both inlined (budget 2 µs of CPU a call; docs/BENCHMARKS.md); the site codes (sites.json) and
 NVTX ranges; acceptance lengths read from a call.
 
-`enter`, `exit` and `sync_call` are longer than the house limit on purpose: they are the
+`enter` and `exit` stay whole (each a single function under the house limit): they are the
 measured per-call path, where every call and attribute look-up saved counts.
 """
 
@@ -74,8 +74,7 @@ class HotPath(Lifecycle):
         self._info[id(site)] = info
         return info
 
-    # Kept whole (over the house's 80 lines): the measured per-call path (docs/BENCHMARKS.md,
-    # "Collector overhead"); splitting it would add a call a wrapped call.
+    # Kept whole: the measured per-call path (docs/BENCHMARKS.md, "Collector overhead").
     def enter(self, site: Site) -> Frame | None:
         """Start a record; None means: pass straight through (tracekit's own call, torch.compile
         tracing, CUDA graph capture, or a recorder failure)."""
@@ -216,23 +215,17 @@ class HotPath(Lifecycle):
         except Exception as exc:
             self.fail("exit", exc)
 
-    # Kept whole (over the house's 80 lines): the measured per-call path (docs/BENCHMARKS.md,
-    # "Collector overhead"); splitting it would add a call a wrapped call.
     def sync_call(
         self, fn: Callable[..., Any], site: Site, generic: Callable[..., Any]
     ) -> Callable[..., Any]:
         """The body of the sync wrapper of `site` (`wrappers.make_wrapper` adds the metadata).
 
         For a phase site that is no cycle target (the hot case: draft, verify, allreduce...)
-        `enter` and `exit` are inlined here, which saves two calls, the frame tuple and most
-        attribute look-ups. The inlined code is `enter` + `exit` for such a site with no NVTX
-        tool and no profiler window; any other state (the site's first call, which registers
-        it, an NVTX tool, full mode) goes through `generic`, the wrapper's plain `enter` /
-        `exit` body (the test
-        `test_inlined_phase_path_records_what_enter_exit_record` compares both).
-        """
-        rec = self
-        next_seq = self._next_seq
+        the native `PhaseCall` (`_native_call`) or, without the extension, `python_call`: both
+        are `enter` + `exit` inlined for such a site with no NVTX tool and no profiler window;
+        any other state (the site's first call, which registers it, an NVTX tool, full mode)
+        goes through `generic`, the wrapper's plain `enter` / `exit` body (the test
+        `test_inlined_phase_path_records_what_enter_exit_record` compares both)."""
         if site.phase is None or site.cycle or site.needs_args:
             return generic
         dyn, noted = _gate(site)
@@ -240,93 +233,7 @@ class HotPath(Lifecycle):
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
         if self._native is not None:
             return self._native_call(fn, site, generic, starts_cycle, acc_path, dyn, noted)
-        code = -1  # the site's phase code, known after its first call
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            nonlocal code
-            if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
-                noted()
-                return fn(*args, **kwargs)
-            if not rec.active:
-                return fn(*args, **kwargs)
-            if code < 0 or rec._nvtx is not None or rec.profile is not None:
-                if code < 0 and rec.active:
-                    info = rec._info.get(id(site))
-                    if info is not None:
-                        code = info[0]
-                return generic(*args, **kwargs)
-            # -- enter
-            ts: ThreadState | None = None
-            try:
-                # First, before touching anything else: torch.compile traces this code too.
-                comp = rec._is_compiling
-                if comp is None and "torch" in _modules:
-                    rec._probe_torch()
-                    comp = rec._is_compiling
-                cuda_on = skip = False
-                if comp is not None:
-                    skip = comp()
-                    if not skip:
-                        cuda = rec._cuda
-                        cuda_on = cuda._initialized
-                        skip = cuda_on and cuda.is_current_stream_capturing()
-                if not skip:
-                    try:
-                        ts = rec._loc.ts
-                    except AttributeError:
-                        ts = rec._thread()
-                    if ts.internal:
-                        ts = None
-                    else:
-                        stack = ts.stack
-                        depth = len(stack)
-                        parent = -1
-                        if depth:
-                            parent = stack[-1]
-                        elif starts_cycle and not ts.in_cycle:
-                            rec.cycle += 1
-                        stack.append(code)
-                        cycle = rec.cycle
-                        seq = next_seq()
-                        rep0 = ts.replays
-                        ev = rec._gpu_begin(ts) if cuda_on and depth == 0 else None
-                        start = _time_ns()
-            except Exception as exc:
-                rec.fail("enter", exc)
-                ts = None
-            if ts is None:
-                return fn(*args, **kwargs)
-            # -- the call, then exit (also when it raises)
-            ok = False
-            result = None
-            try:
-                result = fn(*args, **kwargs)
-                ok = True
-            finally:
-                try:
-                    end = _time_ns()
-                    if ev is not None:
-                        rec._gpu_end(ts, seq, ev, cycle)
-                    ts.stack.pop()
-                    acc = _NAN
-                    if ok and acc_path is not None:
-                        acc = rec._accept(result, acc_path, (), None, site, seq)
-                    rows = rec._rows
-                    rows += _pack(
-                        code, cycle, depth, parent, ts.tid, seq, start, end,
-                        ts.replays - rep0, acc, ok,
-                    )  # fmt: skip
-                    if depth == 0:
-                        n = len(rows)
-                        if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
-                            not ts.in_cycle or n >= 4 * rec._flush_bytes
-                        ):
-                            rec._flush_due()
-                except Exception as exc:
-                    rec.fail("exit", exc)
-            return result
-
-        return call
+        return python_call(self, fn, site, generic, (starts_cycle, acc_path, dyn, noted))
 
     def _native_call(
         self,
@@ -384,3 +291,85 @@ class HotPath(Lifecycle):
         except AttributeError:
             ts = self._thread()
         ts.replays += 1
+
+
+def python_call(
+    rec: HotPath,
+    fn: Callable[..., Any],
+    site: Site,
+    generic: Callable[..., Any],
+    rules: tuple[bool, Any, Callable[[], bool], Callable[[], bool]],
+) -> Callable[..., Any]:
+    """`HotPath.sync_call`'s body without the native extension: `enter` and `exit` inlined for
+    a phase site that is no cycle target; `rules` = (starts_cycle, accept path, the Dynamo
+    check, its trace-time note)."""
+    starts_cycle, acc_path, dyn, noted = rules
+    next_seq = rec._next_seq
+    code = -1  # the site's phase code, known after its first call
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal code
+        if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+            noted()
+            return fn(*args, **kwargs)
+        if not rec.active:
+            return fn(*args, **kwargs)
+        if code < 0 or rec._nvtx is not None or rec.profile is not None:
+            code = rec._info.get(id(site), (code,))[0]  # known once `generic` registered it
+            return generic(*args, **kwargs)
+        ts: ThreadState | None = None  # -- enter
+        try:
+            state = rec.capture_state()  # first: torch.compile traces this code too
+            cuda_on = state > 0
+            if state >= 0:
+                ts = getattr(rec._loc, "ts", None) or rec._thread()
+                if ts.internal:
+                    ts = None
+                else:
+                    stack = ts.stack
+                    depth = len(stack)
+                    parent = stack[-1] if depth else -1
+                    if not depth and starts_cycle and not ts.in_cycle:
+                        rec.cycle += 1
+                    stack.append(code)
+                    cycle = rec.cycle
+                    seq = next_seq()
+                    rep0 = ts.replays
+                    ev = rec._gpu_begin(ts) if cuda_on and depth == 0 else None
+                    start = _time_ns()
+        except Exception as exc:
+            rec.fail("enter", exc)
+            ts = None
+        if ts is None:
+            return fn(*args, **kwargs)
+        # -- the call, then exit (also when it raises)
+        ok = False
+        result = None
+        try:
+            result = fn(*args, **kwargs)
+            ok = True
+        finally:
+            try:
+                end = _time_ns()
+                if ev is not None:
+                    rec._gpu_end(ts, seq, ev, cycle)
+                ts.stack.pop()
+                acc = _NAN
+                if ok and acc_path is not None:
+                    acc = rec._accept(result, acc_path, (), None, site, seq)
+                rows = rec._rows
+                rows += _pack(
+                    code, cycle, depth, parent, ts.tid, seq, start, end,
+                    ts.replays - rep0, acc, ok,
+                )  # fmt: skip
+                if depth == 0:
+                    n = len(rows)
+                    if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
+                        not ts.in_cycle or n >= 4 * rec._flush_bytes
+                    ):
+                        rec._flush_due()
+            except Exception as exc:
+                rec.fail("exit", exc)
+        return result
+
+    return call

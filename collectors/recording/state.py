@@ -230,20 +230,24 @@ class RecorderState:
         except AttributeError:  # torch is still importing
             self._is_compiling = None
 
-    def bypass(self) -> bool:
-        """True while torch.compile traces or a CUDA graph is being captured."""
+    def capture_state(self) -> int:
+        """-1 while torch.compile traces or the current stream captures a CUDA graph (the call
+        passes through), 1 when CUDA is initialised (a top-level phase may take CUDA events),
+        else 0; the Python hot path's first check (the native one does it in C)."""
         comp = self._is_compiling
         if comp is None:
             if "torch" not in sys.modules:
-                return False
+                return 0
             self._probe_torch()
             comp = self._is_compiling
             if comp is None:
-                return False
+                return 0
         if comp():
-            return True
+            return -1
         cuda = self._cuda
-        return bool(cuda._initialized and cuda.is_current_stream_capturing())
+        if not cuda._initialized:
+            return 0
+        return -1 if cuda.is_current_stream_capturing() else 1
 
     def _thread(self) -> ThreadState:
         ts: ThreadState = self._ts_type()

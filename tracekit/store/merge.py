@@ -52,7 +52,7 @@ from tracekit.store.raw.cycle_rule import read_cycle_rule
 from tracekit.store.raw.files import PROCESS_FILE, read_json
 from tracekit.store.raw.nvml import COUNTERS_FILE, GPUS_FILE, NVML_DIR, read_samples
 from tracekit.store.raw.processes import ProcessData, read_processes
-from tracekit.store.threads import thread_map
+from tracekit.store.raw.threads import thread_map
 from tracekit.store.writer import write_partition
 
 MERGED_TABLES = ("phases", "cycles", "counters")

@@ -1,4 +1,4 @@
-"""Merge's per-rank thread pool (tracekit/store/threads.py): how many threads, results in order."""
+"""Merge's per-rank thread pool (tracekit/store/raw/threads.py): how many threads, results in order."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from tracekit.store import threads
-from tracekit.store.threads import MIN_CORES, thread_map, workers
+from tracekit.store.raw import threads
+from tracekit.store.raw.threads import MIN_CORES, thread_map, workers
 
 
 @pytest.mark.parametrize(

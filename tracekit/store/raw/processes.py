@@ -26,6 +26,7 @@ from tracekit.store.raw.files import (
 from tracekit.store.raw.ipc import read_stream
 from tracekit.store.raw.records import empty_records, read_records
 from tracekit.store.raw.schema import raw_schema
+from tracekit.store.raw.threads import thread_map
 
 if TYPE_CHECKING:
     import polars as pl
@@ -206,7 +207,5 @@ def _read_process(pid: int, d: Path) -> ProcessData:
 
 def read_processes(raw: Path, threads: int | None = None) -> list[ProcessData]:
     """Every recorded process under `raw` (RUN_DIR/raw), in the order of their directories,
-    read on up to `threads` threads (default: one a core; store/threads.py)."""
-    from tracekit.store.threads import thread_map
-
+    read on up to `threads` threads (default: one a core; store/raw/threads.py)."""
     return thread_map(lambda item: _read_process(*item), process_dirs(raw), threads)
