@@ -240,7 +240,9 @@ def _used(d: Definition, uses: Uses) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0], allow_abbrev=False
+    )
     parser.add_argument("--unused", action="store_true", help="also list what nothing reads")
     parser.add_argument("--check", action="store_true", help="exit 1 when any is listed (CI)")
     parser.add_argument("--root", type=Path, default=None, help="the checkout [this one]")

@@ -10,7 +10,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tests.outputs_synth import make_run
-from tracekit.analyzers import _load, model
+from tracekit.analyzers import _load
+from tracekit.analyzers import run_analysis as model
 from tracekit.analyzers.allreduce import load_impl_table
 from tracekit.analyzers.rules import load_rules
 from tracekit.export.perfetto import export, export_run
