@@ -42,7 +42,8 @@ demo: install
 browser:
 	scripts/install-chromium.sh
 
-# the linters first (CI runs `make test`): ruff check, ruff format --check, mypy; then the suite
+# the linters first (CI runs `make test`): ruff check, ruff format --check, mypy, no test-only
+# functions (scripts/test_only.py); then the suite
 # on the native hot path, then the collectors' tests again on the pure-Python fallback
 # Tests marked `serial` compare whole demo runs (the regression gate on identical runs), so they
 # run after the parallel suite, with nothing else on the cores.
@@ -75,6 +76,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(PY) scripts/test_only.py --check  # no function that only tests call (issue 26)
 
 clean:
 	rm -rf $(VENV) $(SERVERS_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

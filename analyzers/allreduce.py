@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tracekit.errors import InputError
 
 UNKNOWN = "unknown"
@@ -108,13 +110,27 @@ def load_impl_table(extra: Path | None = None) -> ImplTable:
     return table.with_rules(parse_impl_table(path.read_text(), str(path)))
 
 
-def combine_labels(labels: list[str]) -> str | None:
-    """One label for a phase from the labels of its communication work.
+def implementation_labels(intervals: pl.DataFrame) -> pl.DataFrame:
+    """`inst`, `allreduce_impl`: one label a phase instance from the labels of its
+    communication intervals (`comm`), as one polars expression (no Python call a row).
 
-    Distinct labels sorted and joined with `+`; the generic `c10d` entry point is dropped when
-    something more specific ran too.
-    """
-    distinct = sorted({lb for lb in labels if lb})
-    if len(distinct) > 1 and "c10d" in distinct:
-        distinct.remove("c10d")
-    return "+".join(distinct) if distinct else None
+    Distinct non-empty labels sorted and joined with `+`; the generic `c10d` entry point is
+    dropped when something more specific ran too."""
+    label = pl.col("label").cast(pl.String)
+    labels = pl.col("_labels")
+    specific = labels.list.eval(pl.element().filter(pl.element() != "c10d"))
+    return (
+        intervals.filter(pl.col("comm") & pl.col("inst").is_not_null())
+        .group_by("inst")
+        .agg(label.filter(label.is_not_null() & (label != "")).unique().sort().alias("_labels"))
+        .with_columns(
+            pl.when(labels.list.len() > 1).then(specific).otherwise(labels).alias("_labels")
+        )
+        .with_columns(
+            pl.when(labels.list.len() > 0)
+            .then(labels.list.join("+"))
+            .otherwise(pl.lit(None, dtype=pl.String))
+            .alias("allreduce_impl")
+        )
+        .drop("_labels")
+    )

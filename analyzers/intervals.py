@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from tracekit.analyzers._load import GPU_CATS, RUNTIME_CATS, RankInputs
-from tracekit.analyzers.allreduce import ImplTable
+from tracekit.analyzers.allreduce import ImplTable, implementation_labels
 from tracekit.analyzers.graphs import GRAPH_LAUNCH
 from tracekit.analyzers.phases import RankPhases
 
@@ -179,26 +179,7 @@ def _cpu_intervals(
 def _finish_intervals(
     intervals: pl.DataFrame, rp: RankPhases | None, graph_launches: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    # `combine_labels` of each instance's labels, as one polars expression (no Python call a
-    # row): distinct non-empty labels sorted, `c10d` dropped beside a more specific one
-    label = pl.col("label").cast(pl.String)
-    labels = pl.col("_labels")
-    specific = labels.list.eval(pl.element().filter(pl.element() != "c10d"))
-    impl = (
-        intervals.filter(pl.col("comm") & pl.col("inst").is_not_null())
-        .group_by("inst")
-        .agg(label.filter(label.is_not_null() & (label != "")).unique().sort().alias("_labels"))
-        .with_columns(
-            pl.when(labels.list.len() > 1).then(specific).otherwise(labels).alias("_labels")
-        )
-        .with_columns(
-            pl.when(labels.list.len() > 0)
-            .then(labels.list.join("+"))
-            .otherwise(pl.lit(None, dtype=pl.String))
-            .alias("allreduce_impl")
-        )
-        .drop("_labels")
-    )
+    impl = implementation_labels(intervals)
     extras = graph_launches.join(impl, on="inst", how="full", coalesce=True)
     cols = intervals.with_columns(
         pl.col("inst").cast(pl.Int64), pl.col("label").cast(pl.String)

@@ -268,10 +268,6 @@ class RecorderState:
         finally:
             ts.internal = old
 
-    def _owns_lock(self) -> bool:
-        owned = getattr(self._lock, "_is_owned", None)
-        return bool(owned()) if owned is not None else False
-
     def flushing_here(self) -> bool:
         """True when this thread is inside `flush` (a signal handler interrupted it)."""
         return self._flush_owner == threading.get_ident()

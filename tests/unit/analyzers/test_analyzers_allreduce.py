@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from tracekit.analyzers.allreduce import combine_labels, load_impl_table
+from tracekit.analyzers.allreduce import implementation_labels, load_impl_table
 from tracekit.errors import InputError
 
 
@@ -88,8 +89,16 @@ def test_bad_user_table(tmp_path: Path) -> None:
         load_impl_table(tmp_path / "missing.toml")
 
 
-def test_combine_labels() -> None:
-    assert combine_labels(["gloo", "c10d", "gloo"]) == "gloo"
-    assert combine_labels(["c10d"]) == "c10d"
-    assert combine_labels(["nccl:RING/LL/bf16", "custom_ar"]) == "custom_ar+nccl:RING/LL/bf16"
-    assert combine_labels([]) is None
+def test_implementation_labels() -> None:
+    # GIVEN four instances' communication intervals (and one compute interval, not counted)
+    rows = [
+        (0, True, "gloo"), (0, True, "c10d"), (0, True, "gloo"),  # c10d beside gloo: dropped
+        (1, True, "c10d"),  # alone: kept
+        (2, True, "nccl:RING/LL/bf16"), (2, True, "custom_ar"), (2, False, "compute"),
+        (3, True, ""), (3, True, None),  # no label
+        (None, True, "gloo"),  # no instance
+    ]  # fmt: skip
+    intervals = pl.DataFrame(rows, schema=["inst", "comm", "label"], orient="row")
+    # THEN one label an instance: distinct, sorted, joined with +
+    got = dict(implementation_labels(intervals).sort("inst").iter_rows())
+    assert got == {0: "gloo", 1: "c10d", 2: "custom_ar+nccl:RING/LL/bf16", 3: None}

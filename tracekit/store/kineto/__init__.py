@@ -78,7 +78,7 @@ __all__ = [
 
 def load(path: Path, buffer: ReadBuffer | None = None) -> RawTrace:
     """Read and split one trace file (raises TraceFormatError for unusable input): by the
-    columnar scanner where it takes the file, else by msgspec (`raw.load`). With `buffer`, a
+    columnar scanner where it takes the file, else by msgspec (`raw.split_trace`). With `buffer`, a
     plain file is read into it (the trace is valid until its next read)."""
     if buffer is not None:
         view = buffer.read(path)

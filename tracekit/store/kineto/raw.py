@@ -174,12 +174,6 @@ def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
 
 
-def load(path: Path) -> RawTrace:
-    """Read and split one trace file (raises TraceFormatError for unusable input)."""
-    data, gz_warning = read_bytes(path)
-    return split_trace(path, data, gz_warning)
-
-
 def meta_value(trace: RawTrace, key: str) -> Any:
     """Decode one top-level value (None when absent or undecodable)."""
     raw = trace.meta.get(key)
