@@ -33,8 +33,14 @@ from tracekit.collectors.wrappers import make_wrapper
 from tracekit.store.raw import ipc as raw_ipc
 from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
 from tracekit.store.raw.ipc import read_stream
-from tracekit.store.raw.records import decode
+from tracekit.store.raw.records import decoded
 from tracekit.store.reader import read_table
+
+
+def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decoded records, one dict a row."""
+    rows: list[dict[str, Any]] = decoded(table, sites).to_dicts()
+    return rows
 
 
 @pytest.fixture

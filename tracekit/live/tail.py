@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from tracekit.store.raw.files import PROCESS_FILE, SITES_FILE, list_segments, read_json
-from tracekit.store.raw.records import complete, decode, valid_sites
+from tracekit.store.raw.records import complete, decoded, valid_sites
 from tracekit.store.raw.schema import EOS as _EOS
 
 READ_CHUNK = 64 << 20  # at most this much of a segment a poll
@@ -125,7 +125,8 @@ class ProcessTail:
         known = {int(s["code"]) for s in self.sites}
         if not set(rows.column("code").drop_null().to_pylist()) <= known:
             self._load_sites()
-        return decode(rows, self.sites)
+        out: list[dict[str, Any]] = decoded(rows, self.sites).to_dicts()  # live follows rows
+        return out
 
     def poll(self) -> list[pa.RecordBatch]:
         """New batches, across as many segments as were closed since the last poll."""

@@ -18,7 +18,14 @@ from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import install
 from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
 from tracekit.store.raw.ipc import read_stream
-from tracekit.store.raw.records import decode
+from tracekit.store.raw.records import decoded
+
+
+def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decoded records, one dict a row."""
+    rows: list[dict[str, Any]] = decoded(table, sites).to_dicts()
+    return rows
+
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

@@ -120,12 +120,6 @@ def decoded(table: Any, sites: list[dict[str, Any]]) -> Any:
     return df.select(*RAW_COLUMNS, "kind", "phase", "target")
 
 
-def decode(table: Any, sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`decoded` as one dict a row, for code that follows records one by one (live/)."""
-    rows: list[dict[str, Any]] = decoded(table, sites).to_dicts()
-    return rows
-
-
 def read_records(pid_dir: Path, table: Any) -> tuple[Any, str | None]:
     """The decoded records of one process (its segments' `table`, its `sites.json`) as a
     polars frame, or (None, why they cannot be used, naming the file). Rows missing a key
