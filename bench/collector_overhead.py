@@ -94,6 +94,7 @@ def per_call(
     active: bool = True,
     native: bool = True,
     flush_records: int = 10_000,
+    flush_thread: bool = False,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg: dict[str, Any] = {"native": native} if _has_native() else {}
@@ -102,10 +103,13 @@ def per_call(
                 raw_dir=Path(tmp) / "raw",
                 flush_records=flush_records,
                 flush_seconds=1.0 if flush_records <= 10_000 else 1e6,
+                flush_thread=flush_thread,
                 **cfg,
             )
         )
         wrapped = WRAP.make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
+        if flush_thread:
+            rec.flush()  # opens the stream and starts the flush thread, as the runtime does
         call = wrapped
         rec.active = active  # inactive: the wrapper's pass-through
         if nested or in_cycle:
@@ -205,19 +209,24 @@ def main() -> None:
         for native in paths:
             if native and _native_module() is None:
                 continue
-            # (where, nested, in a cycle, active, flush every): "top" pays the flush of every
-            # 10,000 rows; "top, no flush" is the call alone
+            # (where, nested, in a cycle, active, flush every, flush thread): "top" pays the
+            # flush of every 10,000 rows on the calling thread; with the flush thread (what
+            # `tracekit launch` sets up) the calling thread only wakes it; "top, no flush" is
+            # the call alone
             cases = [
-                ("top level", False, False, True, 10_000),
-                ("top level, no flush in the loop", False, False, True, 10**9),
-                ("top level inside an open cycle", False, True, True, 10_000),
-                ("nested in a phase (depth 1)", True, False, True, 10_000),
-                ("recorder inactive (pass-through)", False, False, False, 10_000),
+                ("top level", False, False, True, 10_000, False),
+                ("top level, flush thread (launch's setting)", False, False, True, 10_000, True),
+                ("top level, no flush in the loop", False, False, True, 10**9, False),
+                ("top level inside an open cycle", False, True, True, 10_000, False),
+                ("nested in a phase (depth 1)", True, False, True, 10_000, False),
+                ("recorder inactive (pass-through)", False, False, False, 10_000, False),
             ]
-            for where, nested, in_cycle, active, flush in cases:
+            for where, nested, in_cycle, active, flush, thread in cases:
+                if thread and "flush_thread" not in REC.RecorderConfig.__dataclass_fields__:
+                    continue
                 r = per_call(
                     args.calls, args.repeat, nested=nested, in_cycle=in_cycle, active=active,
-                    native=native, flush_records=flush,
+                    native=native, flush_records=flush, flush_thread=thread,
                 )  # fmt: skip
                 rows.append(
                     {"torch_imported": torch_loaded, "where": where,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tracekit.collectors.segments import SegmentLog
+from tracekit.store.raw.schema import ROW as _ROW
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
     from tracekit.collectors.recording.output import Output
@@ -146,6 +147,8 @@ class Lifecycle(Output):
         self._process_records = -1
         self._timer = None
         self._timer_alive = False
+        self._wake_sent = False
+        self._flush_bytes = self._flush_n * _ROW.size
         self._exit_thread = None
         self._loc = threading.local()
         self._rows_written = 0

@@ -108,9 +108,14 @@ class Output(GpuEvents):
         goes on: the event resolution, the write and process.json happen on that thread, off
         the program's path. Without it, or with 8 batches waiting (the thread fell behind), the
         flush happens here, as before."""
-        if self._timer_alive and len(self._rows) < 8 * self._flush_bytes:
+        batch = self._flush_n * _ROW.size
+        if self._timer_alive and len(self._rows) < 8 * batch:
             if not self._wake_sent:
                 self._wake_sent = True
+                # until the flush thread has run (it may wait a GIL switch interval, 5 ms, for
+                # its turn), the hot path stops asking: its test holds again at 8 batches
+                self._flush_bytes = 8 * batch
+                self._last_flush = time.time_ns()
                 self._wake.set()
             return
         self.flush()
@@ -126,6 +131,7 @@ class Output(GpuEvents):
                 woken = wake.wait(max(due, period / 20))
                 wake.clear()
                 self._wake_sent = False
+                self._flush_bytes = self._flush_n * _ROW.size  # the hot path's test as before
                 if stop.is_set() or self._failed or self.finished or os.getpid() != pid:
                     return
                 if not self.active:
