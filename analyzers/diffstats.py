@@ -21,25 +21,9 @@ from typing import Literal
 
 import polars as pl
 
+from tracekit.analyzers.tquantile import t975
+
 Noise = Literal["runs", "within-run"]
-
-# Student's t, two-sided 95% (0.975 quantile), df = 1..30; beyond, the Cornish-Fisher term
-T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-Z975 = 1.959964
-
-
-def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom (df >= 1)."""
-    if df < 1:
-        msg = f"t975 needs df >= 1, got {df}"
-        raise ValueError(msg)
-    if df <= len(T975):
-        return T975[df - 1]
-    return Z975 + (Z975**3 + Z975) / (4 * df)
 
 
 @dataclass(frozen=True)

@@ -31,21 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-# t(0.975, df) for df = 1..30; larger df use the Cornish-Fisher expansion below
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
-
-
-def t975(df: int) -> float:
-    """The 97.5% quantile of Student's t with `df` degrees of freedom (3 decimals)."""
-    if df < 1:
-        msg = f"t quantile needs at least 1 degree of freedom, got {df}"
-        raise ValueError(msg)
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+from tracekit.analyzers.tquantile import t975
 
 
 @dataclass(frozen=True)

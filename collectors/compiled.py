@@ -289,20 +289,13 @@ def _fast_path(
     rec: Recorder, compiled: Callable[..., Any], site: Site, generic: Callable[..., Any]
 ) -> Callable[..., Any]:
     """What records a boundary call once its site is known: the native hot path's `PhaseCall`
-    (collectors/recording/hotpath.py) for a phase site that is no cycle target and whose accept
-    rule needs no arguments (the sync wrapper's hot case), else `generic` (`enter` / `exit`)."""
-    native = rec._native
-    if native is None or site.phase is None or site.cycle or site.needs_args:
-        return generic
+    where it serves the site (`HotPath.native_phase_call`), else `generic` (`enter` / `exit`)."""
     try:
-        if rec._is_compiling is None and "torch" in sys.modules:
-            rec._probe_torch()
-        acc = site.bound[0] if site.bound[0] is not None else site.accept_len
-        from tracekit.collectors.recording.state import CLOCK_OFFSET_NS
-
-        pc = native.PhaseCall(rec, compiled, site, generic, acc, site.starts_cycle, CLOCK_OFFSET_NS)
+        pc = rec.native_phase_call(compiled, site, generic)
     except Exception as exc:
         rec.fail("compiled boundary", exc)
+        return generic
+    if pc is None:
         return generic
 
     def fast(*args: Any, **kwargs: Any) -> Any:

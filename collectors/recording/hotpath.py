@@ -221,7 +221,7 @@ class HotPath(Lifecycle):
         """The body of the sync wrapper of `site` (`wrappers.make_wrapper` adds the metadata).
 
         For a phase site that is no cycle target (the hot case: draft, verify, allreduce...)
-        the native `PhaseCall` (`_native_call`) or, without the extension, `python_call`: both
+        the native `PhaseCall` (`native_phase_call`) or, without the extension, `python_call`: both
         are `enter` + `exit` inlined for such a site with no NVTX tool and no profiler window;
         any other state (the site's first call, which registers it, an NVTX tool, full mode)
         goes through `generic`, the wrapper's plain `enter` / `exit` body (the test
@@ -229,41 +229,28 @@ class HotPath(Lifecycle):
         if site.phase is None or site.cycle or site.needs_args:
             return generic
         dyn, noted = _gate(site)
-        starts_cycle = site.starts_cycle
+        native = self.native_phase_call(fn, site, generic)
+        if native is not None:
+            return _native_shim(fn, native, dyn, noted)
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
-        if self._native is not None:
-            return self._native_call(fn, site, generic, starts_cycle, acc_path, dyn, noted)
-        return python_call(self, fn, site, generic, (starts_cycle, acc_path, dyn, noted))
+        return python_call(self, fn, site, generic, (site.starts_cycle, acc_path, dyn, noted))
 
-    def _native_call(
-        self,
-        fn: Callable[..., Any],
-        site: Site,
-        generic: Callable[..., Any],
-        starts_cycle: bool,
-        acc_path: Any,
-        dyn: Callable[[], bool],
-        noted: Callable[[], bool],
-    ) -> Callable[..., Any]:
-        """`sync_call`'s body on the native hot path: `_native.PhaseCall` does in C what the
-        Python body does (same rows, same order of calls into the recorder). The Python shim
-        around it keeps one job, the first statement: while Dynamo traces (it folds
-        `is_dynamo_compiling()` to True) the call goes straight to `fn`, so traced code never
-        reaches the C object (a graph break) nor reads recorder state past this check."""
+    def native_phase_call(
+        self, fn: Callable[..., Any], site: Site, generic: Callable[..., Any]
+    ) -> Any:
+        """The native `_native.PhaseCall` that records `site`'s calls of `fn` in C, as the
+        Python body does (same rows, same order of calls into the recorder; `generic` for the
+        states it leaves to Python), called as `pc(args, kwargs)`; None where the native path
+        does not serve the site (no extension, a cycle target, an accept rule that needs the
+        arguments). The sync wrapper and the compiled boundary (collectors/compiled.py) use it."""
+        if self._native is None or site.phase is None or site.cycle or site.needs_args:
+            return None
         if self._is_compiling is None and "torch" in _modules:
-            self._probe_torch()  # the shim's check is live from the first call
-        native = self._native.PhaseCall(
-            self, fn, site, generic, acc_path, starts_cycle, CLOCK_OFFSET_NS
+            self._probe_torch()  # the compile check is live from the first call
+        acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
+        return self._native.PhaseCall(
+            self, fn, site, generic, acc_path, site.starts_cycle, CLOCK_OFFSET_NS
         )
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
-                noted()
-                return fn(*args, **kwargs)
-            return native(args, kwargs)  # the tuple and dict as they are (no copies)
-
-        call.__tracekit_native__ = native  # type: ignore[attr-defined]
-        return call
 
     def _accept(
         self,
@@ -291,6 +278,24 @@ class HotPath(Lifecycle):
         except AttributeError:
             ts = self._thread()
         ts.replays += 1
+
+
+def _native_shim(
+    fn: Callable[..., Any], native: Any, dyn: Callable[[], bool], noted: Callable[[], bool]
+) -> Callable[..., Any]:
+    """`sync_call`'s body on the native hot path: the Python shim around the `PhaseCall` keeps
+    one job, the first statement: while Dynamo traces (it folds `is_dynamo_compiling()` to
+    True) the call goes straight to `fn`, so traced code never reaches the C object (a graph
+    break) nor reads recorder state past this check."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
+            noted()
+            return fn(*args, **kwargs)
+        return native(args, kwargs)  # the tuple and dict as they are (no copies)
+
+    call.__tracekit_native__ = native  # type: ignore[attr-defined]
+    return call
 
 
 def python_call(
