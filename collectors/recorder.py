@@ -81,6 +81,9 @@ class RecorderConfig:
     via: str = "sitecustomize"
     exit_deadline_s: float = EXIT_DEADLINE_S
     flush_thread: bool = False  # a daemon thread flushes every flush_seconds (runtime sets it)
+    # where the flush thread listens for `tracekit launch`'s flush requests before it forwards a
+    # signal (collectors/recording/doorbell.py; `TRACEKIT_CONTROL_DIR`)
+    control_dir: Path | None = None
     # rotation by size / age and retention of the record segments (collectors/segments.py)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     gpu_sample: int = 1  # CUDA events on every N-th cycle (`--gpu-sample N`); CPU clocks on all

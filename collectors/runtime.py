@@ -34,6 +34,8 @@ ENV_MODE = "TRACEKIT_MODE"  # light | full
 ENV_PROFILE_CYCLES = "TRACEKIT_PROFILE_CYCLES"  # START:COUNT (full mode)
 ENV_FLUSH_RECORDS = "TRACEKIT_FLUSH_RECORDS"
 ENV_FLUSH_SECONDS = "TRACEKIT_FLUSH_SECONDS"  # the flush interval (`--flush-interval`)
+# the launcher's FIFOs: a flush asked for before it forwards a signal (recording/doorbell.py)
+ENV_CONTROL_DIR = "TRACEKIT_CONTROL_DIR"
 ENV_EXIT_DEADLINE = "TRACEKIT_EXIT_DEADLINE_S"  # one bound on everything the exit waits for
 ENV_DISABLE = "TRACEKIT_DISABLE"  # set to 1 to run a process of the tree without tracekit
 # retention of each process's records (`--keep`, `--keep-hours`; collectors/segments.py)
@@ -216,6 +218,7 @@ def _recorder(raw: Path, pmap: phasemap.PhaseMap, via: str) -> Recorder:
         via=via,
         exit_deadline_s=max(0.0, _float_env(ENV_EXIT_DEADLINE, EXIT_DEADLINE_S)),
         flush_thread=True,
+        control_dir=Path(os.environ[ENV_CONTROL_DIR]) if os.environ.get(ENV_CONTROL_DIR) else None,
         retention=RetentionPolicy.from_keep(
             _int_env(ENV_KEEP_BYTES, 0),
             _float_env(ENV_KEEP_SECONDS, 0.0),

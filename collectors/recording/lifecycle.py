@@ -147,6 +147,10 @@ class Lifecycle(Output):
         self._process_records = -1
         self._timer = None
         self._timer_alive = False
+        if self._wake is not None:
+            self._wake.abandon()  # the parent's doorbell: the child rings its own
+            self._wake = None
+        self._flush_asked = 0
         self._wake_sent = False
         self._flush_bytes = self._flush_n * _ROW.size
         self._exit_thread = None

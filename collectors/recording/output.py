@@ -11,6 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tracekit.collectors.recording.doorbell import Doorbell, fifo_path
 from tracekit.store.raw.accepts import append_accepts
 from tracekit.store.raw.files import MANIFEST_FILE, PROCESS_FILE, SITES_FILE, write_json
 from tracekit.store.raw.ipc import StreamWriter
@@ -88,7 +89,8 @@ class Output(GpuEvents):
         if self._timer is not None and self._timer.is_alive():
             return
         self._timer_stop = stop = threading.Event()
-        self._wake = wake = threading.Event()
+        control = self.config.control_dir
+        self._wake = wake = Doorbell(fifo_path(control, self.pid) if control else None)
         self._wake_sent = False
         t = threading.Thread(
             target=self._timer_loop, args=(stop, wake), name="tracekit-flush", daemon=True
@@ -100,7 +102,8 @@ class Output(GpuEvents):
     def _stop_timer(self) -> None:
         self._timer_alive = False
         self._timer_stop.set()
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     def _flush_due(self) -> None:
         """The hot path's flush test held at an outermost exit (a full batch, or the flush
@@ -109,18 +112,19 @@ class Output(GpuEvents):
         the program's path. Without it, or with 8 batches waiting (the thread fell behind), the
         flush happens here, as before."""
         batch = self._flush_n * _ROW.size
-        if self._timer_alive and len(self._rows) < 8 * batch:
+        wake = self._wake
+        if self._timer_alive and wake is not None and len(self._rows) < 8 * batch:
             if not self._wake_sent:
                 self._wake_sent = True
                 # until the flush thread has run (it may wait a GIL switch interval, 5 ms, for
                 # its turn), the hot path stops asking: its test holds again at 8 batches
                 self._flush_bytes = 8 * batch
                 self._last_flush = time.time_ns()
-                self._wake.set()
+                wake.set()
             return
         self.flush()
 
-    def _timer_loop(self, stop: threading.Event, wake: threading.Event) -> None:
+    def _timer_loop(self, stop: threading.Event, wake: Doorbell) -> None:
         period = max(0.01, self.config.flush_seconds)
         period_ns = int(period * 1e9)
         pid = self.pid
@@ -129,11 +133,14 @@ class Output(GpuEvents):
             while True:
                 due = (self._last_flush + period_ns - time.time_ns()) / 1e9
                 woken = wake.wait(max(due, period / 20))
-                wake.clear()
                 self._wake_sent = False
                 self._flush_bytes = self._flush_n * _ROW.size  # the hot path's test as before
                 if stop.is_set() or self._failed or self.finished or os.getpid() != pid:
                     return
+                asked = wake.take_asked()
+                if asked:
+                    self._answer(asked, until=time.monotonic() + period)
+                    continue
                 if not self.active:
                     continue  # paused (`set_recording(False)`): rows wait for the next flush
                 if not woken and time.time_ns() - self._last_flush < period_ns:
@@ -145,6 +152,16 @@ class Output(GpuEvents):
         finally:
             if os.getpid() == pid and self._timer_stop is stop:
                 self._timer_alive = False
+                if stop.is_set():
+                    wake.close()
+
+    def _answer(self, asked: int, *, until: float) -> None:
+        """`tracekit launch` asked for a flush (a signal to the command is on its way): write
+        the buffered rows whose GPU times are known, and process.json, whose `flush_requests`
+        tells the launcher it was answered."""
+        self._flush_asked += asked
+        self._process_records = -1  # process.json written even with no new row
+        self.flush(timer=True, until=until)
 
     def _warm_manifest(self) -> None:
         """The manifest's package look-up (distributions, git: 0.1 to 0.3 s) done once as the
@@ -312,6 +329,7 @@ class Output(GpuEvents):
                 records=written,  # on disk; `buffered`: recorded, not written yet
                 buffered=self.records - written,
                 flushes=self.flushes,
+                flush_requests=self._flush_asked,
                 finished=self.finished,
                 patched=self.patched,
                 unresolved=self.unresolved,

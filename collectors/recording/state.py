@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracekit.collectors.recording.doorbell import Doorbell
 from tracekit.collectors.recording.native import NATIVE
 from tracekit.collectors.segments import SegmentLog
 from tracekit.store.raw.ipc import StreamWriter
@@ -177,7 +178,8 @@ class RecorderState:
         # lifecycle: the timer thread, who is inside flush, the exit's threads and deadline
         self._timer: threading.Thread | None = None
         self._timer_stop = threading.Event()
-        self._wake = threading.Event()  # wakes the flush thread (`Output._flush_due`)
+        self._wake: Doorbell | None = None  # wakes the flush thread (`Output._flush_due`)
+        self._flush_asked = 0  # the launcher's flush requests answered (process.json)
         self._wake_sent = False
         self._timer_alive = False  # the flush thread runs: the hot path hands flushes to it
         self._yielding = False  # inside a flush on the flush thread: it yields the GIL

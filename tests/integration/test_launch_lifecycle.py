@@ -188,6 +188,83 @@ def test_workers_sigkilled_by_their_parent_lose_at_most_the_last_interval(prog: 
         assert listed[pid] == on_disk
 
 
+KILLED_AT_THE_SIGNAL = """
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+
+import tkstep
+
+
+def worker(rank, ready):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the parent's kill ends it
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = "2"
+    w = tkstep.Worker()
+    for i in range(55):
+        w.step(i)
+    ready.release()
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    ready = ctx.Semaphore(0)
+    procs = [ctx.Process(target=worker, args=(r, ready)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+
+    def stop(signum, frame):
+        for p in procs:
+            os.kill(p.pid, signal.SIGKILL)  # at once, as vLLM's API server at SIGINT
+        for p in procs:
+            p.join()
+        print("killed", [p.exitcode for p in procs], flush=True)
+        sys.exit(0)
+
+    signal.signal(signal.SIGINT, stop)
+    for _ in procs:
+        ready.acquire()
+    print("ready", flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_workers_killed_as_the_signal_arrives_keep_every_record(prog: Path) -> None:
+    # GIVEN a parent that SIGKILLs its two forked workers the moment it gets SIGINT (vLLM's API
+    # server with its shutdown timeout of 0 s), workers that ignore SIGINT, and a flush interval
+    # of 60 s: their 55 cycles each are all still in their buffers when the signal comes
+    (prog / "killer.py").write_text(KILLED_AT_THE_SIGNAL)
+    launcher = subprocess.Popen(
+        _launch_cmd("--flush-interval", "60", "--", sys.executable, "killer.py"),
+        cwd=prog, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_line(launcher, "ready")
+        # WHEN the launcher is sent SIGINT
+        launcher.send_signal(signal.SIGINT)
+        out, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, err
+    assert "killed [-9, -9]" in out
+    # THEN the launcher asked every recording process to flush before it forwarded the signal,
+    # each answered, and the merged run holds every cycle of both workers
+    run = _run_dir(prog)
+    per_rank = dict(read_table(run, "cycles").group_by("rank").len().iter_rows())
+    assert per_rank == {0: 55, 1: 55}
+    manifest = json.loads((run / "run.json").read_text())
+    asked = manifest["flush_before_signal"]
+    assert asked["asked"] == 3  # the parent and the two workers
+    assert asked["answered"] == 3, asked
+    assert asked["wait_ms"] < 2000
+    # and the control directory with the FIFOs is gone
+    assert not list(run.rglob("*.fifo"))
+
+
 IDLE_THEN_SIGNAL = """
 import json
 import os

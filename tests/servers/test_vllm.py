@@ -309,6 +309,11 @@ def test_api_server_sigint(tmp_path: Path) -> None:
     run_dir = tmp_path / "api"
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["signals_forwarded"] == ["SIGINT"]
+    # vLLM's API server SIGKILLs its engine core and worker at once (shutdown timeout 0 s): the
+    # launcher asked every recording process to flush before it forwarded the signal
+    asked = manifest["flush_before_signal"]
+    assert asked["asked"] >= 1, asked
+    assert asked["answered"] == asked["asked"], asked
     assert "could not merge" not in out, out[-3000:]
     cyc = h.cycles(run_dir)
     tk_acc, verified = h.tracekit_accept(cyc)

@@ -17,7 +17,11 @@ BOOTSTRAP_DIR = Path(tracekit.collectors.__file__).resolve().parent / "bootstrap
 
 
 def build_env(
-    run_dir: Path, opts: LaunchOptions, pmap: pm.PhaseMap, phases_copy: Path
+    run_dir: Path,
+    opts: LaunchOptions,
+    pmap: pm.PhaseMap,
+    phases_copy: Path,
+    control_dir: Path | None = None,
 ) -> dict[str, str]:
     env = dict(os.environ)
     old = env.get("PYTHONPATH", "")
@@ -29,6 +33,8 @@ def build_env(
     env[rt.ENV_MODE] = opts.mode
     env[rt.ENV_FLUSH_RECORDS] = str(opts.flush_records)
     env[rt.ENV_FLUSH_SECONDS] = str(opts.flush_seconds)
+    if control_dir is not None:
+        env[rt.ENV_CONTROL_DIR] = str(control_dir)
     if opts.profile_cycles:
         env[rt.ENV_PROFILE_CYCLES] = opts.profile_cycles
     if opts.keep_bytes:

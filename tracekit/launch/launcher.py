@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from tracekit.collectors.runtime import ENV_DISABLE
 from tracekit.errors import CollectorError, TracekitError
 from tracekit.launch import multinode
 from tracekit.launch.env import build_env, exit_deadline, recording_disabled
+from tracekit.launch.flushask import ask_to_flush
 from tracekit.launch.nvml import NvmlSampler
 from tracekit.launch.options import LaunchOptions, LaunchResult
 from tracekit.launch.preflight import (
@@ -103,21 +105,21 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
         else f"not available ({sampler.reason or 'disabled'})"
     )
 
-    env = build_env(run_dir, opts, pmap, phases_copy)
+    control = Path(tempfile.mkdtemp(prefix="tracekit-control-"))
+    env = build_env(run_dir, opts, pmap, phases_copy, control)
     try:
         child = subprocess.Popen(opts.command, env=env, start_new_session=True)
     except OSError as exc:
+        shutil.rmtree(control, ignore_errors=True)
         sampler.stop()
         if live is not None:
             live.stop()
         _remove_unused(run_dir)
         msg = f"cannot start {opts.command[0]!r} ({exc.strerror or exc}); check the command after `--`"
         raise CollectorError(msg) from exc
-    watcher = ProcessWatcher(child.pid)
-    watcher.start()
-    sup = Supervision()
+    watcher, sup = ProcessWatcher(child.pid), Supervision()
     try:
-        wait_child(child, watcher, opts.grace_s, warn, sup)
+        _supervise(child, watcher, sup, opts.grace_s, (control, layout.raw), warn)
     finally:
         until = time.monotonic() + exit_deadline()  # one deadline for the launcher's threads
         watcher.stop(timeout=until - time.monotonic())
@@ -137,6 +139,24 @@ def launch(opts: LaunchOptions, *, warn: Callable[[str], None] = _warn) -> Launc
     if opts.merge:
         result.merge_result = _merge(run_dir, opts.mode, pmap, warn)
     return result
+
+
+def _supervise(
+    child: subprocess.Popen[bytes],
+    watcher: ProcessWatcher,
+    sup: Supervision,
+    grace_s: float,
+    dirs: tuple[Path, Path],
+    warn: Callable[[str], None],
+) -> None:
+    """Wait for the child; before the first signal is forwarded every recording process is
+    asked to flush (`dirs`: the control directory, removed at the end, and raw/)."""
+    control, raw = dirs
+    watcher.start()
+    try:
+        wait_child(child, watcher, grace_s, warn, sup, lambda: ask_to_flush(control, raw).to_json())
+    finally:
+        shutil.rmtree(control, ignore_errors=True)
 
 
 def _say_what_was_recorded(

@@ -132,6 +132,7 @@ def finish_manifest(
         exit_code=sup.exit_code,
         returncode=sup.returncode,
         signals_forwarded=[signal.Signals(s).name for s in sup.forwarded],
+        flush_before_signal=sup.flush_ask,
         killed_after_grace=sup.killed,
         processes={"instrumented": instrumented, "not_instrumented": not_instrumented},
         targets={

@@ -81,6 +81,8 @@ class Supervision:
 
     returncode: int = 0
     forwarded: list[int] = field(default_factory=list)  # signals forwarded to the group
+    # the processes' flushes asked for before the first signal was forwarded (flushask.py)
+    flush_ask: dict[str, float] | None = None
     killed: bool = False  # SIGKILLed after the grace period
 
     @property
@@ -92,15 +94,23 @@ class Supervision:
 
 @contextlib.contextmanager
 def forwarding(
-    child: subprocess.Popen[Any], grace_s: float, sup: Supervision
+    child: subprocess.Popen[Any],
+    grace_s: float,
+    sup: Supervision,
+    ask_flush: Callable[[], dict[str, float]] | None = None,
 ) -> Iterator[list[float]]:
     """SIGINT / SIGTERM of this process forwarded to the child's group while inside; yields the
-    deadline list (empty until the first signal: then now + `grace_s`). Handlers are installed
-    on the main thread only and restored at the end."""
+    deadline list (empty until the first signal: then now + `grace_s`). Before the first one,
+    `ask_flush` (the processes write what they buffered: a server may SIGKILL its workers as
+    soon as it is signalled). Handlers are installed on the main thread only and restored at
+    the end."""
     deadline: list[float] = []
 
     def forward(signum: int, frame: Any) -> None:
+        first = not sup.forwarded
         sup.forwarded.append(signum)
+        if first and ask_flush is not None:
+            sup.flush_ask = ask_flush()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signum)
         if not deadline:
@@ -123,10 +133,11 @@ def wait_child(
     grace_s: float,
     warn: Callable[[str], None],
     sup: Supervision,
+    ask_flush: Callable[[], dict[str, float]] | None = None,
 ) -> None:
-    """Wait for the child, forwarding signals; SIGKILL its group `grace_s` after the first
-    signal; then give its outliving children the grace period and stop them."""
-    with forwarding(child, grace_s, sup) as deadline:
+    """Wait for the child, forwarding signals (after `ask_flush`); SIGKILL its group `grace_s`
+    after the first signal; then give its outliving children the grace period and stop them."""
+    with forwarding(child, grace_s, sup, ask_flush) as deadline:
         while True:
             try:
                 sup.returncode = child.wait(timeout=0.1)

@@ -284,6 +284,7 @@ def test_the_programs_thread_flushes_when_the_flush_thread_falls_8_batches_behin
 ) -> None:
     # GIVEN the flush thread stuck (it holds the recorder's lock and never flushes)
     rec, step = _handoff_recorder(tmp_path)
+    assert rec._wake is not None
     rec._wake.set = lambda: None  # type: ignore[method-assign]  # woken: it never hears it
     # WHEN the program records 8 batches and one cycle more
     for _ in range(81):
