@@ -141,8 +141,9 @@ class Output(GpuEvents):
                 if asked:
                     self._answer(asked, until=time.monotonic() + period)
                     continue
-                if not self.active:
-                    continue  # paused (`set_recording(False)`): rows wait for the next flush
+                if not self.active:  # paused (`set_recording(False)`): rows wait for the next
+                    self._last_flush = time.time_ns()  # flush, the thread a whole period
+                    continue
                 if not woken and time.time_ns() - self._last_flush < period_ns:
                     continue  # a flush happened meanwhile
                 if self._rows or self._gpu_pending or self._process_records != self._rows_written:

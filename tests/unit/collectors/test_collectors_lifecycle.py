@@ -294,3 +294,38 @@ def test_the_programs_thread_flushes_when_the_flush_thread_falls_8_batches_behin
     assert len(rec._rows) < 8 * rec._flush_bytes
     rec.close()
     assert len(_disk(rec)) == 243
+
+
+def test_a_paused_recorders_flush_thread_sleeps_whole_periods(tmp_path: Path) -> None:
+    # GIVEN a recorder with the flush thread, interval 0.05 s, paused after a few cycles
+    rec = Recorder(
+        RecorderConfig(
+            raw_dir=tmp_path / "raw", flush_records=10**6, flush_seconds=0.05, flush_thread=True
+        )
+    )
+    step = _steps(rec)
+    rec.flush()
+    for _ in range(3):
+        step()
+    wake = rec._wake
+    assert wake is not None
+    waits: list[float] = []
+    real_wait = wake.wait
+
+    def counted(timeout: float) -> bool:
+        waits.append(timeout)
+        return real_wait(timeout)
+
+    wake.wait = counted  # type: ignore[method-assign]
+    rec.active = False
+    # WHEN it stays paused for 0.5 s
+    time.sleep(0.5)
+    # THEN the thread woke about once a period (10 times), not every 1/20 of one (200)
+    assert 3 <= len(waits) <= 25, len(waits)
+    # and after the pause the buffered cycles are written at the next period
+    rec.active = True
+    deadline = time.monotonic() + 5
+    while rec._rows_written < 9 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(_disk(rec)) == 9
+    rec.close()
