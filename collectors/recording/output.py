@@ -33,6 +33,8 @@ class Output(GpuEvents):
         self.active = False
         if not self._failed:
             self._failed = True
+            if self._wake is not None:
+                self._wake.set()  # the flush thread ends (and its FIFO with it)
             try:
                 sys.stderr.write(
                     f"tracekit: recorder failed in pid {self.pid} during {where} "
@@ -151,10 +153,10 @@ class Output(GpuEvents):
                 else:
                     self._last_flush = time.time_ns()  # nothing to write: sleep a whole period
         finally:
-            if os.getpid() == pid and self._timer_stop is stop:
-                self._timer_alive = False
-                if stop.is_set():
-                    wake.close()
+            if os.getpid() == pid:
+                if self._timer_stop is stop:
+                    self._timer_alive = False
+                wake.close()  # the launcher no longer asks this process (nor waits for it)
 
     def _answer(self, asked: int, *, until: float) -> None:
         """`tracekit launch` asked for a flush (a signal to the command is on its way): write

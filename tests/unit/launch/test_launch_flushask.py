@@ -68,3 +68,26 @@ def test_processes_gone_or_silent_are_not_waited_for_beyond_the_bound(tmp_path: 
     assert (got.asked, got.answered) == (1, 0)
     assert 0.19 <= took < 2.0
     assert got.to_json()["wait_ms"] >= 190
+
+
+def test_a_recorder_that_failed_is_not_asked(tmp_path: Path) -> None:
+    # GIVEN a recording process whose recorder disabled itself after a failure
+    control = tmp_path / "control"
+    control.mkdir()
+    rec = Recorder(
+        RecorderConfig(
+            raw_dir=tmp_path / "raw", flush_seconds=600, flush_thread=True, control_dir=control
+        )
+    )
+    rec.flush()
+    assert list(control.iterdir())
+    rec.fail("a test", RuntimeError("broken"))
+    assert rec._timer is not None
+    rec._timer.join(5)
+    # THEN its flush thread ended and took its FIFO along: the launcher does not wait for it
+    assert not list(control.iterdir())
+    t0 = time.monotonic()
+    got = ask_to_flush(control, tmp_path / "raw", wait_s=2.0)
+    assert (got.asked, got.answered) == (0, 0)
+    assert time.monotonic() - t0 < 0.5
+    rec.close()
