@@ -51,7 +51,8 @@ if TYPE_CHECKING:
     show_default=True,
     metavar="SECONDS",
     help="Each process writes its records at least this often, also while idle (a timer "
-    "thread), so a process killed with SIGKILL loses at most this much.",
+    "thread), so a process killed with SIGKILL loses at most this much (nothing when the "
+    "kill follows a signal sent to launch: every process is asked to flush first).",
 )
 @click.option(
     "--node-rank",
