@@ -82,7 +82,7 @@ class Supervision:
     returncode: int = 0
     forwarded: list[int] = field(default_factory=list)  # signals forwarded to the group
     # the processes' flushes asked for before the first signal was forwarded (flushask.py)
-    flush_ask: dict[str, float] | None = None
+    flush_ask: dict[str, Any] | None = None
     killed: bool = False  # SIGKILLed after the grace period
 
     @property
@@ -97,7 +97,7 @@ def forwarding(
     child: subprocess.Popen[Any],
     grace_s: float,
     sup: Supervision,
-    ask_flush: Callable[[], dict[str, float]] | None = None,
+    ask_flush: Callable[[], dict[str, Any]] | None = None,
 ) -> Iterator[list[float]]:
     """SIGINT / SIGTERM of this process forwarded to the child's group while inside; yields the
     deadline list (empty until the first signal: then now + `grace_s`). Before the first one,
@@ -110,7 +110,10 @@ def forwarding(
         first = not sup.forwarded
         sup.forwarded.append(signum)
         if first and ask_flush is not None:
-            sup.flush_ask = ask_flush()
+            try:
+                sup.flush_ask = ask_flush()
+            except Exception as exc:  # never what keeps the signal from the command
+                sup.flush_ask = {"error": f"{type(exc).__name__}: {exc}"}
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, signum)
         if not deadline:
@@ -133,7 +136,7 @@ def wait_child(
     grace_s: float,
     warn: Callable[[str], None],
     sup: Supervision,
-    ask_flush: Callable[[], dict[str, float]] | None = None,
+    ask_flush: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Wait for the child, forwarding signals (after `ask_flush`); SIGKILL its group `grace_s`
     after the first signal; then give its outliving children the grace period and stop them."""

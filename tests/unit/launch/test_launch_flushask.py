@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.recording.doorbell import Doorbell, fifo_path
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.launch.flushask import answers, ask_to_flush
+from tracekit.launch.supervise import Supervision, forwarding
 from tracekit.store.raw.files import PROCESS_FILE
 
 
@@ -91,3 +95,25 @@ def test_a_recorder_that_failed_is_not_asked(tmp_path: Path) -> None:
     assert (got.asked, got.answered) == (0, 0)
     assert time.monotonic() - t0 < 0.5
     rec.close()
+
+
+def test_a_failing_flush_request_never_keeps_the_signal_from_the_command() -> None:
+    # GIVEN a child in its own session and a flush request that raises
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    sup = Supervision()
+
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("control directory gone")
+
+    try:
+        with forwarding(child, 5.0, sup, broken):
+            # WHEN the launcher gets SIGTERM
+            os.kill(os.getpid(), signal.SIGTERM)
+            rc = child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    # THEN the signal reached the child anyway, and run.json will say what failed
+    assert rc == -signal.SIGTERM
+    assert sup.forwarded == [signal.SIGTERM]
+    assert sup.flush_ask == {"error": "RuntimeError: control directory gone"}
