@@ -32,6 +32,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 HF = HERE / "hf_static_compile.py"
+TRACED_KINDS = ("traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush")
 
 
 def _run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -102,10 +103,13 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
             res = out / f"{name}.json"
             cmd = [*prog, "--out", str(res)]
             env = None
-            if kind in ("traced", "disabled", "nonvml", "sample8", "noevents", "torchevents"):
+            if kind == "noflush":
+                cmd.append("--no-flush")
+            if kind in TRACED_KINDS:
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
                 extra += ["--gpu-sample", "8"] if kind == "sample8" else []
                 extra += ["--gpu-sample", "1000000"] if kind == "noevents" else []
+                extra += ["--flush-interval", "600"] if kind == "noflush" else []
                 cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
             elif kind != "alone":
                 raise SystemExit(f"compiled_gpu.py: unknown kind {kind!r} (see --kinds)")
@@ -131,7 +135,9 @@ def main(argv: list[str] | None = None) -> None:
         help="HF runs of each round, in order (reversed every other round): alone, traced, "
         "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml), "
         "sample8 (traced, --gpu-sample 8), noevents (traced, --gpu-sample 1000000: no CUDA "
-        "event after the first cycle), torchevents (traced, TRACEKIT_GPU_EVENTS=torch)",
+        "event after the first cycle), torchevents (traced, TRACEKIT_GPU_EVENTS=torch), noflush "
+        "(traced, flush interval 600 s and the batch raised past the run: no flush, so no event "
+        "resolution on the flush thread, while the generates run)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

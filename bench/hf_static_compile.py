@@ -80,6 +80,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
             "first: on, off, off, on, ...), each generate's state in `recording`"
         ),
     )
+    p.add_argument(
+        "--no-flush",
+        action="store_true",
+        help="under `tracekit launch --flush-interval 600`: raise the recorder's batch past the "
+        "run (a bench-only knob on a private attribute), so no flush runs while it generates",
+    )
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
@@ -137,6 +143,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     wall_s: list[float] = []
     thread_s: list[float] = []  # this thread's CPU time: not inflated by time slices lost to others
     switch = _recording_switch() if args.ab else None
+    if args.no_flush and switch is not None:
+        rec = switch.__self__
+        rec._flush_n, rec._flush_bytes = 10**8, 10**12
     recording: list[bool] = []
     for i in range(args.rounds):
         on = i == 0 or (i - 1) % 4 in (0, 3)  # ABBA after the first (compiling) generate
