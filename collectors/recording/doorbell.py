@@ -121,9 +121,7 @@ def _drain(fd: int) -> bytes:
     while True:
         try:
             chunk = os.read(fd, 4096)
-        except (BlockingIOError, InterruptedError):
-            return out
-        except OSError:
+        except OSError:  # drained (EAGAIN), or closed under us
             return out
         if not chunk:
             return out
