@@ -35,33 +35,55 @@ class Lifecycle(Output):
         self._stop_timer()
         until = time.monotonic() + self.config.exit_deadline_s
         self._exit_until = until
+        self._exit_interrupt = None
         dev = self._cuda_device()  # on the program's thread: the rank's device
         if self._failed:
             self._close_profile(until)
             return
-        if not self._bounded(lambda: self._close_records(until), until, "the final flush"):
-            return
-        self._close_profile(until)
-        self._bounded(lambda: self._close_rank(dev), until, "the rank and manifest update")
+        if self._bounded(lambda: self._close_records(until), until, "the final flush"):
+            self._close_profile(until)
+            self._bounded(lambda: self._close_rank(dev), until, "the rank and manifest update")
+        interrupt, self._exit_interrupt = self._exit_interrupt, None
+        if interrupt is not None:
+            raise interrupt  # the program's signal handler's exception, once the records are out
 
     def _bounded(self, fn: Callable[[], None], until: float, step: str) -> bool:
         """Run `fn` in a daemon thread, wait for it until `until`; False if it did not end."""
         self._exit_step = step
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+
         try:
-            t = threading.Thread(target=fn, name="tracekit-exit", daemon=True)
+            t = threading.Thread(target=run, name="tracekit-exit", daemon=True)
             t.start()
         except RuntimeError:  # no new thread now (interpreter shutting down): on this one
             fn()
             return True
-        self._exit_thread = t
+        self._exit_thread, self._exit_done = t, done
         return self._join_exit()
 
     def _join_exit(self) -> bool:
-        t = self._exit_thread
-        if t is None or t is threading.current_thread():
+        """Wait for the exit thread until the deadline; True when it ended. Its own event, not
+        `Thread.join`: a join that an exception interrupts marks the thread stopped while it
+        runs on (CPython 3.11, bpo-45274's fix), so a second join would not wait."""
+        t, done = self._exit_thread, self._exit_done
+        if t is None or done is None or t is threading.current_thread():
             return True
-        t.join(max(0.0, self._exit_until - time.monotonic()))
-        if not t.is_alive():
+        try:
+            done.wait(max(0.0, self._exit_until - time.monotonic()))
+        except BaseException as exc:
+            # A signal handler of the program raised here (vLLM's worker raises SystemExit on
+            # the SIGTERM its executor sends when the exit is slow): the records are written
+            # first, within the same deadline; close raises it after its last step.
+            if self._exit_interrupt is None:
+                self._exit_interrupt = exc
+            done.wait(max(0.0, self._exit_until - time.monotonic()))
+        if done.is_set():
             return True
         if not self._failed:
             self._failed = True  # said once; the program exits
@@ -153,7 +175,7 @@ class Lifecycle(Output):
         self._flush_asked = 0
         self._wake_sent = False
         self._flush_bytes = self._flush_n * _ROW.size
-        self._exit_thread = None
+        self._exit_thread, self._exit_done = None, None
         self._loc = threading.local()
         self._rows_written = 0
         self.flushes = 0

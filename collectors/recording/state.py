@@ -189,7 +189,9 @@ class RecorderState:
         self._process_records = -1  # rows on disk when process.json was last written
         self._fork_locked = False
         self._exit_thread: threading.Thread | None = None
+        self._exit_done: threading.Event | None = None  # set when the exit thread ends
         self._exit_until = 0.0
+        self._exit_interrupt: BaseException | None = None  # raised in a wait of the exit
         self._exit_step = ""
         self._cuda_dev: int | None = None
         self.deferred_signal = 0  # a signal that arrived inside a flush on its thread

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.store.reader import read_table
+from tracekit.store.reader import read_table, table_files
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -179,6 +179,25 @@ def clean_exit(run: Run) -> None:
         assert manifest["status"] == "finished"
         assert manifest["exit_code"] == 0
         assert "could not merge" not in run.stderr
+        assert table_files(run.run_dir, "cycles"), f"no cycles merged; {diagnosis(run)}"
+
+
+def diagnosis(run: Run) -> str:
+    """What a failed check needs from a run that is gone once CI ends: what tracekit printed
+    (its own lines of the command's stderr) and what each process's process.json says it
+    wrote, flushed and finished."""
+    lines = [ln for ln in run.stderr.splitlines() if "tracekit" in ln.lower()]
+    procs = []
+    if run.run_dir is not None:
+        for f in sorted((run.run_dir / "raw").glob("pid-*/process.json")):
+            try:
+                d = json.loads(f.read_text())
+            except (OSError, ValueError) as exc:
+                procs.append(f"{f.parent.name}: unreadable ({exc})")
+                continue
+            keys = ("records", "buffered", "flushes", "flush_requests", "finished", "rank_info")
+            procs.append(f"{f.parent.name}: " + ", ".join(f"{k}={d.get(k)}" for k in keys))
+    return "\n".join(["tracekit's lines:", *lines[-40:], "processes:", *procs])
 
 
 def record(row: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ numbers against merge's, and the launcher's environment."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 import time
@@ -329,3 +330,40 @@ def test_a_paused_recorders_flush_thread_sleeps_whole_periods(tmp_path: Path) ->
         time.sleep(0.01)
     assert len(_disk(rec)) == 9
     rec.close()
+
+
+def test_a_signal_handler_raising_during_the_exit_waits_for_the_final_flush(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a recorder with 3 cycles buffered whose final flush takes 0.3 s, and a program
+    # handler that raises SystemExit (vLLM's worker does on SIGTERM) 50 ms into the exit
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=10**6, flush_seconds=60))
+    step = _steps(rec)
+    for _ in range(3):
+        step()
+    real_flush = rec.flush
+
+    def slow_flush(**kw: Any) -> None:
+        time.sleep(0.3)
+        real_flush(**kw)
+
+    rec.flush = slow_flush  # type: ignore[method-assign]
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(143)
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        # WHEN the exit runs and the handler's exception arrives while it waits
+        with pytest.raises(SystemExit):
+            rec.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    # THEN the exception still reaches the program, after every record was written and
+    # process.json says the process finished
+    assert len(_disk(rec)) == 9
+    info = json.loads((rec.dir / PROCESS_FILE).read_text())
+    assert info["finished"] is True
+    assert info["records"] == 9
