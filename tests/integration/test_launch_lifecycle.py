@@ -265,6 +265,53 @@ def test_workers_killed_as_the_signal_arrives_keep_every_record(prog: Path) -> N
     assert not list(run.rglob("*.fifo"))
 
 
+OUTLIVES_ITS_PARENT = """
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import tkstep
+
+
+def worker():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only a SIGKILL ends it
+    os.environ["RANK"] = "0"
+    w = tkstep.Worker()
+    for i in range(40):
+        w.step(i)
+    print("worker ready", flush=True)
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    p = mp.get_context("fork").Process(target=worker, daemon=False)
+    p.start()
+    time.sleep(0.5)
+    os._exit(0)  # the command ends; its worker does not
+"""
+
+
+def test_a_process_that_outlives_the_command_and_ignores_sigterm_keeps_its_records(
+    prog: Path,
+) -> None:
+    # GIVEN a command that exits while its forked worker, which ignores SIGTERM, still sleeps
+    # with its 40 cycles buffered (flush interval 60 s)
+    (prog / "orphan.py").write_text(OUTLIVES_ITS_PARENT)
+    proc = subprocess.run(
+        _launch_cmd("--flush-interval", "60", "--grace", "1", "--", sys.executable, "orphan.py"),
+        cwd=prog, env=_env(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    # WHEN the launcher stops it after the grace period (SIGTERM, ignored, then SIGKILL)
+    assert proc.returncode == 0, proc.stderr
+    assert "outlived it; sending SIGTERM then SIGKILL" in proc.stderr
+    # THEN it was asked to flush first, answered, and every cycle is merged
+    run = _run_dir(prog)
+    assert read_table(run, "cycles").height == 40
+    asked = json.loads((run / "run.json").read_text())["flush_before_signal"]
+    assert (asked["asked"], asked["answered"]) == (1, 1), asked
+
+
 IDLE_THEN_SIGNAL = """
 import json
 import os

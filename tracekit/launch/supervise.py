@@ -81,7 +81,8 @@ class Supervision:
 
     returncode: int = 0
     forwarded: list[int] = field(default_factory=list)  # signals forwarded to the group
-    # the processes' flushes asked for before the first signal was forwarded (flushask.py)
+    # the flushes asked for before the first signal the launcher sent: forwarded to the group,
+    # or to processes that outlived the command (flushask.py)
     flush_ask: dict[str, Any] | None = None
     killed: bool = False  # SIGKILLed after the grace period
 
@@ -156,13 +157,20 @@ def wait_child(
                 sup.killed = True
         # Children of the command that outlive it (ranks of a killed main process): give them
         # the grace period to flush and exit, then stop them.
-        reap_group(child.pid, watcher, grace_s if not sup.killed else 1.0, warn)
+        reap_group(child.pid, watcher, grace_s if not sup.killed else 1.0, warn, sup, ask_flush)
 
 
 def reap_group(
-    sid: int, watcher: ProcessWatcher, grace_s: float, warn: Callable[[str], None]
+    sid: int,
+    watcher: ProcessWatcher,
+    grace_s: float,
+    warn: Callable[[str], None],
+    sup: Supervision | None = None,
+    ask_flush: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
-    """Wait up to `grace_s` for the session's processes to end; then SIGTERM, then SIGKILL."""
+    """Wait up to `grace_s` for the session's processes to end; then SIGTERM, then SIGKILL,
+    after asking them to flush when no signal was sent yet (a process that ignores SIGTERM
+    would lose what it buffered to the SIGKILL)."""
     end = time.monotonic() + grace_s
     alive = watcher.scan()
     if not alive:
@@ -172,6 +180,11 @@ def reap_group(
         alive = watcher.scan()
     if alive:
         warn(f"{len(alive)} process(es) of the command outlived it; sending SIGTERM then SIGKILL")
+        if sup is not None and ask_flush is not None and sup.flush_ask is None:
+            try:
+                sup.flush_ask = ask_flush()
+            except Exception as exc:  # never what keeps the signal from the processes
+                sup.flush_ask = {"error": f"{type(exc).__name__}: {exc}"}
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(sid, sig)
