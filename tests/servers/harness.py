@@ -94,8 +94,10 @@ def offline(
         run_dir = tmp / name
     retried: list[str] = []
     for attempt in range(1 + CRASH_RETRIES):
-        if run_dir is not None and attempt:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if attempt:
+            out.unlink(missing_ok=True)
+            if run_dir is not None:
+                shutil.rmtree(run_dir, ignore_errors=True)
         t0 = time.perf_counter()
         proc = subprocess.run(
             cmd, env=vllm_env(tp), cwd=REPO, capture_output=True, text=True,
@@ -104,7 +106,7 @@ def offline(
         wall = time.perf_counter() - t0
         (tmp / f"{name}.stderr{'.' + str(attempt) if attempt else ''}").write_text(proc.stderr)
         crash = interpreter_crash(proc.stderr)
-        if out.is_file() or crash is None:
+        if crash is None:
             break
         retried.append(crash)
     assert out.is_file(), (
@@ -120,8 +122,10 @@ def offline(
 # and the interpreter dies ("Fatal Python error: _Py_CheckRecursiveCall: Cannot recover from
 # stack overflow"; the engine then reports "Engine core initialization failed"). The same
 # `Exception ignored in: CPUDNNLGEMMHandler.__del__` shows without tracekit; whether it turns
-# fatal depends on when the garbage collector runs. A run that died so, before writing its
-# result, is run again (at most CRASH_RETRIES times); the retry is listed in the results.
+# fatal depends on when the garbage collector runs. A run in which an interpreter died so is
+# run again (at most CRASH_RETRIES times), also when the driver wrote its result (a worker
+# that dies at shutdown takes what it buffered since its last flush, and these runs serve
+# for less than the flush interval); the retry is listed in the results.
 CRASH_RETRIES = 2
 _CRASH = re.compile(r"^Fatal Python error: .*$", re.M)
 
@@ -184,9 +188,10 @@ def clean_exit(run: Run) -> None:
 
 def diagnosis(run: Run) -> str:
     """What a failed check needs from a run that is gone once CI ends: what tracekit printed
-    (its own lines of the command's stderr) and what each process's process.json says it
-    wrote, flushed and finished."""
-    lines = [ln for ln in run.stderr.splitlines() if "tracekit" in ln.lower()]
+    (its own lines of the command's stderr, with any interpreter crash and vLLM's shutdown
+    lines) and what each process's process.json says it wrote, flushed and finished."""
+    keep = ("tracekit", "fatal python error", "sigterm", "sigkill", "[shutdown]")
+    lines = [ln for ln in run.stderr.splitlines() if any(k in ln.lower() for k in keep)]
     procs = []
     if run.run_dir is not None:
         for f in sorted((run.run_dir / "raw").glob("pid-*/process.json")):
