@@ -127,6 +127,10 @@ class Output(GpuEvents):
         self.flush()
 
     def _timer_loop(self, stop: threading.Event, wake: Doorbell) -> None:
+        """Flush each period (and when woken); until torch.distributed gives a rank, read it
+        each period too: a process that served for less than the period flushes only at its
+        exit, when its process group may be gone (vLLM's workers destroy theirs first), and
+        merge leaves out records whose rank is unknown."""
         period = max(0.01, self.config.flush_seconds)
         period_ns = int(period * 1e9)
         pid = self.pid
@@ -139,6 +143,8 @@ class Output(GpuEvents):
                 self._flush_bytes = self._flush_n * _ROW.size  # the hot path's test as before
                 if stop.is_set() or self._failed or self.finished or os.getpid() != pid:
                     return
+                if "dist_rank" not in self._rank_info and "torch.distributed" in sys.modules:
+                    self._after_flush(timer=True)  # the rank while the group lives
                 asked = wake.take_asked()
                 if asked:
                     self._answer(asked, until=time.monotonic() + period)

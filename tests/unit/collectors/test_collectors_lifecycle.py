@@ -367,3 +367,39 @@ def test_a_signal_handler_raising_during_the_exit_waits_for_the_final_flush(
     info = json.loads((rec.dir / PROCESS_FILE).read_text())
     assert info["finished"] is True
     assert info["records"] == 9
+
+
+def test_the_rank_is_read_while_the_process_group_lives_not_only_at_a_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a process whose torch.distributed group (rank 3 of 4) lives while it records
+    # nothing, then is destroyed before it records its cycles and exits (vLLM's workers
+    # serving for less than the flush interval: their only flush is at the exit)
+    group = {"up": False}
+    dist = ModuleType("torch.distributed")
+    dist.is_available = lambda: True  # type: ignore[attr-defined]
+    dist.is_initialized = lambda: group["up"]  # type: ignore[attr-defined]
+    dist.get_rank = lambda: 3  # type: ignore[attr-defined]
+    dist.get_world_size = lambda: 4  # type: ignore[attr-defined]
+    dist.get_backend = lambda: "gloo"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    monkeypatch.delenv("RANK", raising=False)
+    rec = Recorder(
+        RecorderConfig(
+            raw_dir=tmp_path / "raw", flush_records=10**6, flush_seconds=0.05, flush_thread=True
+        )
+    )
+    step = _steps(rec)
+    rec.flush()  # opens the stream and starts the flush thread
+    group["up"] = True
+    time.sleep(0.3)  # six periods with nothing to write
+    group["up"] = False
+    # WHEN it records 3 cycles and exits
+    for _ in range(3):
+        step()
+    rec.close()
+    # THEN its process.json has the rank merge needs
+    info = json.loads((rec.dir / PROCESS_FILE).read_text())
+    assert info["records"] == 9
+    assert info["rank_info"]["dist_rank"] == 3
+    assert info["rank_info"]["dist_world_size"] == 4
