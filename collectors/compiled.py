@@ -40,6 +40,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tracekit.collectors.direct import to_shims, traceable
+
 if TYPE_CHECKING:
     from tracekit.collectors.phasemap import Site
     from tracekit.collectors.recorder import Recorder
@@ -370,6 +372,8 @@ def install_boundaries(module: Any, boundaries: Boundaries) -> None:
 
     @functools.wraps(call_orig)
     def __call__(self: Any, fn: Any) -> Any:
+        to_shims()  # before anything is traced: Dynamo traces the shims (direct.py)
+        fn = traceable(fn)
         result = call_orig(self, fn)
         try:
             return boundaries.wrap(result, fn)

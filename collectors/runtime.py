@@ -264,11 +264,12 @@ def _register_hooks(rt: Runtime, hook: PostImportHook, pmap: phasemap.PhaseMap) 
     for module, specs in probes.items():
         hook.register(module, functools.partial(rt.probe_module, specs))
     hook.register(GRAPH_MODULE, rt.patch_graphs)
-    from tracekit.collectors import compiled
+    from tracekit.collectors import compiled, direct
 
     boundaries = compiled.Boundaries(rt.recorder)
     boundaries.install()
     hook.register(compiled.EVAL_FRAME_MODULE, functools.partial(_install_boundaries, boundaries))
+    hook.register(direct.COMPILE_START_MODULE, direct.install_compile_start)
     hook.register("multiprocessing.util", rt.mp_util_imported)
     hook.install()
 

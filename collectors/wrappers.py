@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tracekit.collectors import direct
+
 if TYPE_CHECKING:
     from tracekit.collectors.phasemap import Site
 
@@ -196,11 +198,12 @@ def install(module: object, site: Site, hooks: Hooks) -> Installed | None:
     if not callable(fn):
         msg = f"{site.target} is not callable ({type(fn).__name__})"
         raise TypeError(msg)
-    wrapped = make_wrapper(fn, site, hooks)
+    wrapped = direct.wrapper_for(owner, make_wrapper(fn, site, hooks))
     new: object = wrapped
     if kind == "static":
         new = staticmethod(wrapped)
     elif kind == "class":
         new = classmethod(wrapped)
     setattr(owner, attr, new)
+    direct.installed(owner, attr, kind, wrapped)
     return Installed(str(site.target), owner, attr, raw)

@@ -121,9 +121,25 @@ typedef struct {
     PyObject *seq_fn, *seq_iter; /* the recorder's `_next_seq` and the count it belongs to */
     IntCache last_flush, flush_ns, flush_bytes;
     int starts_cycle;
+    int direct; /* called as the function itself (a class attribute: binds like one) */
     long code;
     long long clock_offset;
+    PyObject *wdict; /* the wrapper's attributes (functools.wraps: __name__, __wrapped__...) */
 } PhaseCall;
+
+/* The program's arguments, as the shim hands them (a tuple and a dict) or as a direct call
+ * receives them (vectorcall): passed on to the function, or to `generic`, unchanged. */
+typedef struct {
+    PyObject *args, *kwargs;
+    PyObject *const *argv;
+    size_t nargsf;
+    PyObject *kwnames;
+} CallArgs;
+
+static inline PyObject *invoke(PyObject *fn, const CallArgs *c) {
+    return c->args ? PyObject_Call(fn, c->args, c->kwargs)
+                   : PyObject_Vectorcall(fn, c->argv, c->nargsf, c->kwnames);
+}
 
 /* The last (recorder thread-local, ThreadState) pair this thread used, kept in the thread's
  * own state dict (freed with the thread): a `threading.local` attribute read saved a call.
@@ -397,12 +413,12 @@ static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
     return 0;
 }
 
-static PyObject *pc_call(PhaseCall *self, PyObject *args, PyObject *kwargs) {
+static PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
     PyObject *d = self->dict;
     PyObject *v = dget(d, s_active);
     if (v != Py_True && (!v || PyObject_IsTrue(v) != 1)) {
         PyErr_Clear();
-        return PyObject_Call(self->fn, args, kwargs);
+        return invoke(self->fn, c);
     }
     PyObject *nvtx = dget(d, s_nvtx), *prof = dget(d, s_profile);
     if (self->code < 0 || nvtx != Py_None || prof != Py_None) {
@@ -418,7 +434,7 @@ static PyObject *pc_call(PhaseCall *self, PyObject *args, PyObject *kwargs) {
             }
             PyErr_Clear();
         }
-        return PyObject_Call(self->generic, args, kwargs);
+        return invoke(self->generic, c);
     }
     Enter e = {0};
     int st = do_enter(self, d, &e);
@@ -426,9 +442,9 @@ static PyObject *pc_call(PhaseCall *self, PyObject *args, PyObject *kwargs) {
         if (st < 0) report_failure(self, "enter");
         Py_XDECREF(e.ts);
         Py_XDECREF(e.ev);
-        return PyObject_Call(self->fn, args, kwargs);
+        return invoke(self->fn, c);
     }
-    PyObject *result = PyObject_Call(self->fn, args, kwargs);
+    PyObject *result = invoke(self->fn, c);
     PyObject *et = NULL, *ev = NULL, *etb = NULL;
     if (!result) PyErr_Fetch(&et, &ev, &etb); /* the program's exception, given back below */
     if (do_exit(self, d, &e, result) < 0) report_failure(self, "exit");
@@ -470,10 +486,39 @@ static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 }
 
+static PyObject *pc_direct_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
+                                      PyObject *kwnames);
+
+/* PhaseCall.direct(): a new PhaseCall for the same site, called as the function itself. */
+static PyObject *pc_direct(PhaseCall *self, PyObject *unused) {
+    PhaseCall *d = (PhaseCall *)Py_TYPE(self)->tp_alloc(Py_TYPE(self), 0);
+    if (!d) return NULL;
+    d->dict = Py_NewRef(self->dict);
+    d->rec = Py_NewRef(self->rec);
+    d->fn = Py_NewRef(self->fn);
+    d->site = Py_NewRef(self->site);
+    d->generic = Py_NewRef(self->generic);
+    d->acc_path = Py_NewRef(self->acc_path);
+    d->site_id = Py_NewRef(self->site_id);
+    d->code_obj = Py_NewRef(self->code_obj);
+    d->code = self->code;
+    d->starts_cycle = self->starts_cycle;
+    d->clock_offset = self->clock_offset;
+    d->direct = 1;
+    d->vectorcall = pc_direct_vectorcall;
+    return (PyObject *)d;
+}
+
+/* A direct PhaseCall binds like a function: on an instance, a method of it. */
+static PyObject *pc_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None || !((PhaseCall *)self)->direct) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
 static int pc_traverse(PhaseCall *self, visitproc visit, void *arg) {
     Py_VISIT(self->rec); Py_VISIT(self->dict); Py_VISIT(self->fn); Py_VISIT(self->site);
     Py_VISIT(self->generic); Py_VISIT(self->acc_path); Py_VISIT(self->seq_fn);
-    Py_VISIT(self->seq_iter);
+    Py_VISIT(self->seq_iter); Py_VISIT(self->wdict);
     return 0;
 }
 
@@ -481,6 +526,7 @@ static int pc_clear(PhaseCall *self) {
     Py_CLEAR(self->rec); Py_CLEAR(self->dict); Py_CLEAR(self->fn); Py_CLEAR(self->site);
     Py_CLEAR(self->generic); Py_CLEAR(self->acc_path); Py_CLEAR(self->site_id);
     Py_CLEAR(self->code_obj); Py_CLEAR(self->seq_fn); Py_CLEAR(self->seq_iter);
+    Py_CLEAR(self->wdict);
     Py_CLEAR(self->last_flush.obj); Py_CLEAR(self->flush_ns.obj); Py_CLEAR(self->flush_bytes.obj);
     return 0;
 }
@@ -493,8 +539,20 @@ static void pc_dealloc(PhaseCall *self) {
 
 static PyObject *pc_get_code(PhaseCall *self, void *closure) { return PyLong_FromLong(self->code); }
 
+static PyObject *pc_get_direct(PhaseCall *self, void *closure) {
+    return PyBool_FromLong(self->direct);
+}
+
 static PyGetSetDef pc_getset[] = {
     {"code", (getter)pc_get_code, NULL, "the site's phase code, -1 before it is known", NULL},
+    {"is_direct", (getter)pc_get_direct, NULL, "called as the function itself (direct())", NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyMethodDef pc_methods[] = {
+    {"direct", (PyCFunction)pc_direct, METH_NOARGS,
+     "A PhaseCall for the same site called as the function itself, binding like one."},
     {NULL},
 };
 
@@ -507,15 +565,23 @@ static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nar
         PyErr_SetString(PyExc_TypeError, "PhaseCall takes (args tuple, kwargs dict)");
         return NULL;
     }
-    PyObject *kwargs = PyDict_GET_SIZE(argv[1]) ? argv[1] : NULL;
-    return pc_call((PhaseCall *)self, argv[0], kwargs);
+    CallArgs c = {argv[0], PyDict_GET_SIZE(argv[1]) ? argv[1] : NULL, NULL, 0, NULL};
+    return pc_call((PhaseCall *)self, &c);
+}
+
+/* A direct PhaseCall's call: the program's arguments as they came, passed on as they are. */
+static PyObject *pc_direct_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
+                                      PyObject *kwnames) {
+    CallArgs c = {NULL, NULL, argv, nargsf, kwnames};
+    return pc_call((PhaseCall *)self, &c);
 }
 
 PyTypeObject PhaseCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tracekit.collectors.recording._native.PhaseCall",
     .tp_basicsize = sizeof(PhaseCall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PhaseCall(rec, fn, site, generic, acc_path, starts_cycle, clock_offset): the "
               "recording body of a phase site's sync wrapper (HotPath.sync_call), called as "
               "native(args, kwargs).",
@@ -526,6 +592,11 @@ PyTypeObject PhaseCallType = {
     .tp_traverse = (traverseproc)pc_traverse,
     .tp_clear = (inquiry)pc_clear,
     .tp_getset = pc_getset,
+    .tp_methods = pc_methods,
+    .tp_descr_get = pc_descr_get,
+    .tp_dictoffset = offsetof(PhaseCall, wdict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
 };
 
 int hotpath_init(PyObject *module) {

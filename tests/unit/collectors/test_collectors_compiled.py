@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tracekit.collectors import compiled
+from tracekit.collectors import compiled, direct
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.wrappers import install
@@ -40,6 +40,10 @@ def clean_dynamo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(ef.OptimizeContext, "__call__", ef.OptimizeContext.__call__)
     monkeypatch.setattr(compiled, "_state", None)
+    # wrappers installed in a class start as direct calls (collectors/direct.py), whatever an
+    # earlier test of this process compiled
+    monkeypatch.setattr(direct, "_shims_only", False)
+    monkeypatch.setattr(direct, "_installed", [])
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
 
@@ -398,3 +402,36 @@ def test_boundary_calls_take_the_native_hot_path_once_the_site_is_known(
     # Python fallback every call does
     assert [r["phase"] for r in rows] == ["draft"] * 8
     assert len(entered) == (8 if rec._native is None else 2)
+
+
+def test_a_compile_that_starts_without_the_boundary_hook_finds_the_shims(
+    tmp_path: Path, clean_dynamo: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN Net.forward installed as a direct call (collectors/direct.py), and only the hook
+    # on Dynamo's compile start (no boundary hook: torch.compile'd callables are not wrapped)
+    import torch._dynamo.callback as cb
+
+    handler = type(cb.callback_handler)
+    monkeypatch.setattr(handler, "run_start_callbacks", handler.run_start_callbacks)
+    direct.install_compile_start(cb)
+    mod = _program()
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw"))
+    compiled.Boundaries(rec).install()
+    install(mod, Site(Target("prog", "Net.forward"), phase="verify"), rec)
+    assert vars(mod.Net)["forward"].is_direct
+    net = mod.Net()
+
+    def outer(x: Any) -> Any:
+        return net(x) * 2
+
+    # WHEN a function that calls it is compiled and run
+    fn = torch.compile(outer, backend="eager")
+    x = torch.randn(4, 8)
+    assert torch.equal(fn(x), outer(x))
+    # THEN the compile found the shim there: one graph, no graph break
+    assert direct._shims_only
+    assert "forward" in vars(mod.Net)
+    assert not hasattr(vars(mod.Net)["forward"], "is_direct")
+    counts = _counters()
+    assert "graph_break" not in counts, counts
+    assert counts["stats"]["unique_graphs"] == 1
