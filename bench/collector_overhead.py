@@ -4,6 +4,8 @@ Figures for docs/BENCHMARKS.md, "Collector overhead".
 
 1. CPU, per call (budget: 2 µs): a trivial function called N times unwrapped, then wrapped by a
    light-mode recorder that writes to a temporary run directory (flush every 10,000 records;
+   the function is a method, as phase targets are, installed in its class: on the native hot
+   path as its direct call and as the Python shim, collectors/direct.py;
    NVTX skipped unless a tool is attached). Measured before and after `import torch` (with
    torch loaded every call also asks whether torch.compile is tracing; one `gc.collect()` right
    after the import), on the native hot path and the Python one: a top-level phase (with the
@@ -76,6 +78,36 @@ def _f(x: int) -> int:
     return x
 
 
+class _Plain:
+    """The unwrapped method the wrapped one is measured against."""
+
+    def f(self, x: int) -> int:
+        return x
+
+
+def _method_target(rec: Any, direct_calls: bool) -> Any:
+    """A bound method whose class attribute `install` wrapped (a phase target is a method):
+    its direct call (collectors/direct.py) with `direct_calls`, else the Python shim."""
+    import types
+
+    from tracekit.collectors import direct
+
+    mod = types.ModuleType("bench_target")
+
+    class T:
+        def f(self, x: int) -> int:
+            return x
+
+    mod.T = T  # type: ignore[attr-defined]
+    saved = direct._shims_only
+    direct._shims_only = not direct_calls
+    try:
+        WRAP.install(mod, Site(Target("bench_target", "T.f"), phase="verify"), rec)
+    finally:
+        direct._shims_only = saved
+    return T().f
+
+
 def _loop(fn: Any, n: int) -> tuple[float, float]:
     """(wall ns, CPU ns of this thread) a call."""
     c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
@@ -95,7 +127,11 @@ def per_call(
     native: bool = True,
     flush_records: int = 10_000,
     flush_thread: bool = False,
+    direct_calls: bool | None = None,
 ) -> dict[str, float]:
+    """One case, median of `repeat` loops of `n` calls. `direct_calls` None: a wrapped
+    function (`make_wrapper`) against the bare one; True / False: a wrapped method, its direct
+    call or its shim, against the unwrapped method."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg: dict[str, Any] = {"native": native} if _has_native() else {}
         rec = REC.Recorder(
@@ -107,10 +143,13 @@ def per_call(
                 **cfg,
             )
         )
-        wrapped = WRAP.make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
+        bare: Any = _f
+        if direct_calls is None:
+            call = WRAP.make_wrapper(_f, Site(Target("bench", "_f"), phase="verify"), rec)
+        else:
+            call, bare = _method_target(rec, direct_calls), _Plain().f
         if flush_thread:
             rec.flush()  # opens the stream and starts the flush thread, as the runtime does
-        call = wrapped
         rec.active = active  # inactive: the wrapper's pass-through
         if nested or in_cycle:
             # nested: inside an open phase call (depth 1, never a flush); in_cycle: a top-level
@@ -121,7 +160,7 @@ def per_call(
             fr = rec.enter(site)
         plain, wrap = [], []
         for _ in range(repeat):
-            plain.append(_loop(_f, n))
+            plain.append(_loop(bare, n))
             wrap.append(_loop(call, n))
         if nested or in_cycle:
             rec.exit(fr, True, None)
@@ -205,10 +244,16 @@ def main() -> None:
             # that one collection (~0.2 s here) would land in the first loop below; a server
             # that has run a while has long paid it. Later collections are measured.
             gc.collect()
-        paths = [True, False] if _has_native() and not args.python_only else [False]
-        for native in paths:
-            if native and _native_module() is None:
-                continue
+        # (label, native hot path, direct calls): a wrapped method, its class attribute the
+        # direct call or the shim (collectors/direct.py); --code: a wrapped function
+        variants: list[tuple[str, bool, bool | None]] = [("python", False, False)]
+        if _has_native() and not args.python_only and _native_module() is not None:
+            variants[:0] = [("native, direct", True, True), ("native, shim", True, False)]
+        if args.code is not None:
+            variants = [
+                (label, nat, None) for label, nat, _ in variants if label != "native, direct"
+            ]
+        for label, native, direct_calls in variants:
             # (where, nested, in a cycle, active, flush every, flush thread): "top" pays the
             # flush of every 10,000 rows on the calling thread; with the flush thread (what
             # `tracekit launch` sets up) the calling thread only wakes it; "top, no flush" is
@@ -227,10 +272,10 @@ def main() -> None:
                 r = per_call(
                     args.calls, args.repeat, nested=nested, in_cycle=in_cycle, active=active,
                     native=native, flush_records=flush, flush_thread=thread,
+                    direct_calls=direct_calls,
                 )  # fmt: skip
                 rows.append(
-                    {"torch_imported": torch_loaded, "where": where,
-                     "hot_path": "native" if native else "python", **r}
+                    {"torch_imported": torch_loaded, "where": where, "hot_path": label, **r}
                 )  # fmt: skip
     report: dict[str, Any] = {
         "python": sys.version.split()[0],
