@@ -15,6 +15,7 @@ import pytest
 from tracekit.collectors import compiled, direct
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.recording import native
 from tracekit.collectors.wrappers import install
 from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
 from tracekit.store.raw.ipc import read_stream
@@ -404,6 +405,7 @@ def test_boundary_calls_take_the_native_hot_path_once_the_site_is_known(
     assert len(entered) == (8 if rec._native is None else 2)
 
 
+@pytest.mark.skipif(native.NATIVE is None, reason="direct calls need the native hot path")
 def test_a_compile_that_starts_without_the_boundary_hook_finds_the_shims(
     tmp_path: Path, clean_dynamo: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
