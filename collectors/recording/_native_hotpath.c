@@ -509,6 +509,13 @@ static PyObject *pc_direct(PhaseCall *self, PyObject *unused) {
     return (PyObject *)d;
 }
 
+/* <function Worker.draft (tracekit)>: what a traceback or a log shows of a direct call. */
+static PyObject *pc_repr(PhaseCall *self) {
+    PyObject *name = self->wdict ? PyDict_GetItemString(self->wdict, "__qualname__") : NULL;
+    if (name && PyUnicode_Check(name)) return PyUnicode_FromFormat("<function %U (tracekit)>", name);
+    return PyUnicode_FromFormat("<tracekit PhaseCall at %p>", (void *)self);
+}
+
 /* A direct PhaseCall binds like a function: on an instance, a method of it. */
 static PyObject *pc_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
     if (obj == NULL || obj == Py_None || !((PhaseCall *)self)->direct) return Py_NewRef(self);
@@ -594,6 +601,7 @@ PyTypeObject PhaseCallType = {
     .tp_getset = pc_getset,
     .tp_methods = pc_methods,
     .tp_descr_get = pc_descr_get,
+    .tp_repr = (reprfunc)pc_repr,
     .tp_dictoffset = offsetof(PhaseCall, wdict),
     .tp_getattro = PyObject_GenericGetAttr,
     .tp_setattro = PyObject_GenericSetAttr,
