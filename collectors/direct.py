@@ -128,9 +128,8 @@ def traceable(fn: Any) -> Any:
 
 def install_compile_start(module: Any) -> None:
     """Wrap `run_start_callbacks` of torch._dynamo.callback's `callback_handler` class (import
-    hook) so
-    that every Dynamo compile goes back to the shims before it traces. `torch._dynamo.reset()`
-    clears the registered callbacks, not this."""
+    hook) so that every Dynamo compile goes back to the shims before it traces.
+    `torch._dynamo.reset()` clears the registered callbacks, not this."""
     try:
         instance = getattr(module, "callback_handler", None)
         handler = type(instance) if instance is not None else None
