@@ -255,14 +255,14 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
         site = b.site
         assert site is not None
         fr = rec.enter(site)
-        ok = False
-        result = None
+        if fr is None:
+            return compiled(*args, **kwargs)
         try:
             result = compiled(*args, **kwargs)
-            ok = True
-        finally:
-            if fr is not None:
-                rec.exit(fr, ok, result, b.exit_args(site, args), kwargs)
+        except BaseException:
+            rec.exit(fr, False, None, b.exit_args(site, args), kwargs)
+            raise
+        rec.exit(fr, True, result, b.exit_args(site, args), kwargs)
         return result
 
     body: list[Callable[..., Any] | None] = [None]  # generic, or the native call, once known

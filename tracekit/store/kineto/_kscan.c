@@ -313,17 +313,9 @@ static PyObject *kscan_top(PyObject *self, PyObject *args) {
             int r = append_key(out, base, key, klen, v, s);
             if (r == -2) goto fail;
             if (r) goto decline;
-            s = ws(s, e);
-            if (s >= e) goto decline;
-            if (*s == ',') {
-                s = ws(s + 1, e);
-                continue;
-            }
-            if (*s == '}') {
-                s++;
-                break;
-            }
-            goto decline;
+            int next = after_value(&s, e, '}');
+            if (next < 0) goto decline;
+            if (!next) break;
         }
     }
     if (ws(s, e) != e) goto decline;

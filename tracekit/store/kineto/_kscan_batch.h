@@ -209,14 +209,9 @@ static const uc *parse_args(const uc *s, const uc *e, Batch *b, Py_ssize_t row, 
         }
         if (!matched) s = skip_value(s, e, 2);
         if (!s) return NULL;
-        s = ws(s, e);
-        if (s >= e) return NULL;
-        if (*s == ',') {
-            s = ws(s + 1, e);
-            continue;
-        }
-        if (*s == '}') return s + 1;
-        return NULL;
+        int next = after_value(&s, e, '}');
+        if (next < 0) return NULL;
+        if (!next) return s;
     }
 }
 

@@ -187,17 +187,9 @@ static const uc *parse_event(const uc *base, const uc *s, const uc *e, Batch *b,
                 span[k] = v;
                 vend[k] = s;
             }
-            s = ws(s, e);
-            if (s >= e) return NULL;
-            if (*s == ',') {
-                s = ws(s + 1, e);
-                continue;
-            }
-            if (*s == '}') {
-                s++;
-                break;
-            }
-            return NULL;
+            int next = after_value(&s, e, '}');
+            if (next < 0) return NULL;
+            if (!next) break;
         }
     }
     if (graph && span[K_NAME] && span[K_ARGS] &&

@@ -17,6 +17,21 @@ static inline const uc *ws(const uc *s, const uc *e) {
     return s;
 }
 
+/* After a member's or an element's value: 1 with *sp past the ',' and its spaces (another one
+ * follows), 0 with *sp past `close` (the object or array ends), -1 at anything else or at the
+ * end of the input. */
+static inline int after_value(const uc **sp, const uc *e, uc close) {
+    const uc *s = ws(*sp, e);
+    if (s >= e) return -1;
+    if (*s == ',') {
+        *sp = ws(s + 1, e);
+        return 1;
+    }
+    if (*s != close) return -1;
+    *sp = s + 1;
+    return 0;
+}
+
 static int hexval(uc c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -197,14 +212,9 @@ static const uc *skip_container(const uc *s, const uc *e, int depth) {
         }
         s = skip_value(s, e, depth + 1);
         if (!s) return NULL;
-        s = ws(s, e);
-        if (s >= e) return NULL;
-        if (*s == ',') {
-            s = ws(s + 1, e);
-            continue;
-        }
-        if (*s == close) return s + 1;
-        return NULL;
+        int next = after_value(&s, e, close);
+        if (next < 0) return NULL;
+        if (!next) return s;
     }
 }
 
