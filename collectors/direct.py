@@ -35,7 +35,7 @@ ENV_DIRECT = "TRACEKIT_DIRECT"
 COMPILE_START_MODULE = "torch._dynamo.callback"  # every Dynamo compile starts here
 _NATIVE = "__tracekit_native__"
 _SHIM = "__tracekit_shim__"
-_COPIED = ("__module__", "__name__", "__qualname__", "__doc__")
+_COPIED = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ def wrapper_for(owner: object, shim: Any) -> Any:
     direct = native.direct()
     direct.__dict__.update(shim.__dict__)  # __wrapped__, the site mark, the native body
     for name in _COPIED:
-        setattr(direct, name, getattr(shim, name, None))
+        if hasattr(shim, name):
+            setattr(direct, name, getattr(shim, name))
     setattr(direct, _SHIM, shim)
     return direct
 

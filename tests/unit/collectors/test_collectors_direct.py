@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 SOURCE = """
 class Worker:
-    def draft(self, x, *, k=1):
+    def draft(self, x: int, *, k=1) -> int:
         "Draft k tokens."
         if x < 0:
             raise ValueError("negative")
@@ -108,8 +108,9 @@ def test_a_direct_call_looks_like_the_function_it_wraps(tmp_path: Path, fresh: N
     assert mod.Worker.draft.__name__ == "draft"
     assert mod.Worker.draft.__qualname__ == "Worker.draft"
     assert mod.Worker.draft.__doc__ == "Draft k tokens."
-    assert str(inspect.signature(mod.Worker.draft)) == "(self, x, *, k=1)"
-    assert str(inspect.signature(w.draft)) == "(x, *, k=1)"
+    assert str(inspect.signature(mod.Worker.draft)) == "(self, x: 'int', *, k=1) -> 'int'"
+    assert str(inspect.signature(w.draft)) == "(x: 'int', *, k=1) -> 'int'"
+    assert mod.Worker.draft.__annotations__ == {"x": "int", "return": "int"}
     assert inspect.unwrap(mod.Worker.draft).__code__.co_name == "draft"
     assert getattr(mod.Worker.draft, WRAPPED_MARK).phase == "draft"
     # it binds to an instance as a function does, and not to None
@@ -165,3 +166,16 @@ def test_a_method_bound_before_the_swap_is_handed_to_torch_compile_as_its_shim(
     assert got(1) == 2
     assert direct.traceable(mod.Worker.__dict__["step"]) is mod.Worker.__dict__["step"]
     assert direct.traceable(len) is len
+
+
+def test_a_subclass_reaches_a_direct_call_through_super(tmp_path: Path, fresh: None) -> None:
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=10**6))
+    mod = _program(rec)
+
+    class Sub(mod.Worker):  # type: ignore[name-defined,misc]
+        def draft(self, x: int, *, k: int = 1) -> int:
+            return 10 * super().draft(x, k=k)
+
+    # the base's direct call, reached through super(), records its call once
+    assert Sub().draft(2) == 30
+    assert len(_rows(rec)) == 1
