@@ -77,9 +77,9 @@ class Lifecycle(Output):
         try:
             done.wait(max(0.0, self._exit_until - time.monotonic()))
         except BaseException as exc:
-            # A signal handler of the program raised here (vLLM's worker raises SystemExit on
-            # the SIGTERM its executor sends when the exit is slow): the records are written
-            # first, within the same deadline; close raises it after its last step.
+            # A signal handler of the program raised here (vLLM's worker installs a SIGTERM
+            # handler that raises SystemExit): the records are written first, within the same
+            # deadline; close raises it after its last step.
             if self._exit_interrupt is None:
                 self._exit_interrupt = exc
             done.wait(max(0.0, self._exit_until - time.monotonic()))
