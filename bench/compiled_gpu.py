@@ -32,7 +32,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 HF = HERE / "hf_static_compile.py"
-TRACED_KINDS = ("traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush")
+TRACED_KINDS = (
+    "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
+)  # fmt: skip
+AB_PROFILE = HERE / "ab_profile.py"
 
 
 def _run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -105,6 +108,8 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
             env = None
             if kind == "noflush":
                 cmd.append("--no-flush")
+            if kind == "profile":  # the program's thread profiled by recording state
+                cmd = [cmd[0], str(AB_PROFILE), "--out", str(out / f"prof-{i}"), "--", *cmd]
             if kind in TRACED_KINDS:
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
                 extra += ["--gpu-sample", "8"] if kind == "sample8" else []
@@ -137,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
         "sample8 (traced, --gpu-sample 8), noevents (traced, --gpu-sample 1000000: no CUDA "
         "event after the first cycle), torchevents (traced, TRACEKIT_GPU_EVENTS=torch), noflush "
         "(traced, flush interval 600 s and the batch raised past the run: no flush, so no event "
-        "resolution on the flush thread, while the generates run)",
+        "resolution on the flush thread, while the generates run), profile (traced, the program's "
+        "thread under cProfile split by recording state: bench/ab_profile.py)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

@@ -22,7 +22,10 @@ In order, each part written out before the next starts (the budget skips what do
 3. `abtorch`: part 2 with torch's CUDA events (`TRACEKIT_GPU_EVENTS=torch`; driver-API events
    are the default); `abnoev`: part 2 with `--gpu-sample 1000000` (CPU clocks only after the
    first cycle: what the CUDA events cost); `ab8`: part 2
-   with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`).
+   with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`);
+   `abprof` (last): part 2 with the demo's thread under cProfile, one profile for the "on"
+   blocks and one for the "off" (bench/ab_profile.py; OUT/prof_abprof_PATH/diff.json): which
+   functions run only while recording, and how often.
 4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
    raw records (pyarrow only: no merge, no polars), sampled / unsampled - 1; and, inside the
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import statistics
@@ -131,11 +135,16 @@ class Bench:
         gpu_sample: int = 1,
         ab_blocks: int = 0,
         env: dict[str, str] | None = None,
+        profile: bool = False,
     ) -> dict[str, Any] | None:
         a = self.a
         result = self.work / f"{name}.json"
+        # `profile`: the demo's thread under cProfile split by recording state (ab_profile.py)
+        prof = [sys.executable, str(ROOT / "bench" / "ab_profile.py"), "--skip", "4"]
+        prof += ["--out", str(self.out / f"prof_{name}"), "--"]
         demo = [
-            sys.executable, "-m", "tracekit.demo", "--device", a.device, "--ranks", "1",
+            *(prof if profile else []), sys.executable, "-m", "tracekit.demo",
+            "--device", a.device, "--ranks", "1",
             "--model-size", a.model_size, "--cycles", str(cycles), "-q", "--result", str(result),
             *PATHS[path],
         ]  # fmt: skip
@@ -204,7 +213,9 @@ class Bench:
         self.save()
         self.log(f"micro: {json.dumps(self.results['micro'])}")
 
-    def ab(self, key: str, gpu_sample: int, env: dict[str, str] | None = None) -> None:
+    def ab(
+        self, key: str, gpu_sample: int, env: dict[str, str] | None = None, profile: bool = False
+    ) -> None:
         a = self.a
         ab = _overhead_ab()
         out: dict[str, Any] = self.results.setdefault(key, {})
@@ -213,7 +224,7 @@ class Bench:
                 return
             data = self.demo(
                 f"{key}_{path}", path, cycles=a.ab_cycles, gpu_sample=gpu_sample,
-                ab_blocks=a.ab_block, env=env,
+                ab_blocks=a.ab_block, env=env, profile=profile,
             )  # fmt: skip
             if data is None:
                 out[path] = {"error": "run failed"}
@@ -223,6 +234,13 @@ class Bench:
                 try:
                     r = ab.analyse(data, skip_groups=1)
                     out[path] = {**r.__dict__, "step_ms_p50": data["step_ms_p50"]}
+                    # beside it: the steps after a prefill kept, and each block's median
+                    kept = ab.analyse(data, skip_groups=1, prefill_steps=True)
+                    med = ab.analyse(data, skip_groups=1, stat="median")
+                    out[path]["with_prefill_steps"] = [kept.cost_pct, kept.t_lo_pct, kept.t_hi_pct]
+                    out[path]["median_stat"] = [med.cost_pct, med.t_lo_pct, med.t_hi_pct]
+                    out[path]["step_ms"] = data.get("step_ms")
+                    out[path]["after_prefill"] = data.get("after_prefill")
                 except ValueError as exc:
                     out[path] = {"error": str(exc)}
             self.save()
@@ -481,10 +499,56 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
                 torch.cuda.synchronize()
                 res["span_torch_ms"] = a.elapsed_time(b)
                 res["span_driver_ms"] = na.elapsed_time(nb)
+                res.update(resolve_check(torch, native_mod.NATIVE))
             except Exception as exc:
                 res["driver_event_error"] = f"{type(exc).__name__}: {exc}"
     shutil.rmtree(tmp, ignore_errors=True)
     return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in res.items()}
+
+
+def resolve_check(torch: Any, native: Any, n: int = 2000) -> dict[str, Any]:
+    """The flush's event resolution both ways on the same events: `n` calls, each call's end
+    event the next one's start (shared boundaries), a small matmul chain in each; the native
+    `resolve_events` (driver calls without the GIL) against the Python rule over the same
+    events (collectors/recording/gpu.py `_event_times`): the largest difference in ns, and
+    the wall time of each."""
+    from tracekit.collectors.recording.gpu import GpuEvents
+
+    tc = torch._C
+    make = [tc._cuda_getCurrentRawStream, tc._cuda_getDevice]
+    ref = native.CudaEvent(*make)
+    ref.record()
+    ref.synchronize()
+    x = torch.ones(64, 64, device="cuda")
+    prev = native.CudaEvent(*make)
+    prev.record()
+    entries = []
+    for seq in range(n):
+        for _ in range(3):
+            x = x @ x * 0.01
+        end = native.CudaEvent(*make)
+        end.record()
+        entries.append((seq, prev, end))
+        prev = end
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fast = native.resolve_events(ref, 10**18, entries, n)
+    t1 = time.perf_counter()
+    holder = GpuEvents.__new__(GpuEvents)  # the Python rule alone (no recorder around it)
+    holder._gpu_ref, holder._native, holder._yielding = (ref, 10**18), None, False
+    slow = GpuEvents._event_times(holder, entries)
+    t2 = time.perf_counter()
+    both = [(f, s) for f, s in zip(fast, slow) if f is not None and s is not None]
+    worst = max((abs(a - b) for f, s in both for a, b in zip(f, s)), default=-1)
+    shared = max((abs(a[1] - b[0]) for a, b in itertools.pairwise(fast) if a and b), default=-1)
+    return {
+        "resolve_n": n,
+        "resolve_native_us": (t1 - t0) * 1e6,
+        "resolve_python_us": (t2 - t1) * 1e6,
+        "resolve_max_diff_ns": worst,
+        "resolve_shared_gap_ns": shared,
+        "resolve_none": sum(f is None for f in fast),
+    }
 
 
 def summary_lines(results: dict[str, Any]) -> list[str]:
@@ -517,6 +581,12 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         ):
             if key in m:
                 lines.append(f"  {label}: {m[key] / 1e3:.2f} µs")
+        if "resolve_n" in m:
+            lines.append(
+                f"  resolving {m['resolve_n']} calls: native {m['resolve_native_us']:.0f} µs, "
+                f"Python {m['resolve_python_us']:.0f} µs, largest difference "
+                f"{m['resolve_max_diff_ns']} ns, shared boundaries {m['resolve_shared_gap_ns']} ns"
+            )
         if "span_driver_ms" in m:
             lines.append(
                 f"  one span, torch {m['span_torch_ms']:.4f} ms, driver {m['span_driver_ms']:.4f} ms"
@@ -524,7 +594,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for k in ("cycle_events_per_cycle", "cycle_sample8_events_per_cycle"):
             if k in m:
                 lines.append(f"  {k}: {m[k]}")
-    for key in ("ab", "abtorch", "abnoev", "abdrv", "ab8", "abpy"):
+    for key in ("ab", "abtorch", "abnoev", "abdrv", "ab8", "abpy", "abprof"):
         for path, r in (results.get(key) or {}).items():
             if "cost_pct" in r:
                 lines.append(
@@ -586,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
         ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
         ("sampling", b.sampling, 60.0),
+        ("abprof", lambda: b.ab("abprof", 1, profile=True), 60.0),  # where the cost goes
     ]
     for name, fn, need in steps:
         if name in skip or not b.fits(name, need):

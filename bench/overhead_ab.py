@@ -54,11 +54,18 @@ def blocks(
     on: list[bool],
     block: int,
     stat: Literal["mean", "median"] = "mean",
+    left_out: list[bool] | None = None,
 ) -> list[tuple[bool, float]]:
     """(state, statistic of its step times) of each block of `block` cycles, in order (an
-    incomplete last block is dropped)."""
+    incomplete last block is dropped). Cycles marked in `left_out` (the first step after a
+    prefill) count in neither state: the demo's requests are as long as whole ABBA groups
+    (a baseline request of 64 tokens is 2 groups of blocks of 8), so every prefill lands in an
+    "on" block and the step after it would weigh on one state only."""
     if len(step_ms) != len(on):
         msg = f"{len(step_ms)} step times but {len(on)} on/off states"
+        raise ValueError(msg)
+    if left_out is not None and len(left_out) != len(on):
+        msg = f"{len(left_out)} prefill marks but {len(on)} on/off states"
         raise ValueError(msg)
     if block < 1:
         msg = f"blocks of {block} cycles: the demo ran without --ab-blocks"
@@ -70,7 +77,12 @@ def blocks(
         if len(states) != 1:
             msg = f"cycles {start}..{start + block - 1} mix on and off: not blocks of {block}"
             raise ValueError(msg)
-        out.append((on[start], fn(step_ms[start : start + block])))
+        kept = [
+            t
+            for k, t in enumerate(step_ms[start : start + block], start)
+            if left_out is None or not left_out[k]
+        ]
+        out.append((on[start], fn(kept or step_ms[start : start + block])))
     return out
 
 
@@ -117,14 +129,20 @@ def interval(groups: list[tuple[float, float]], *, boot: int = 2000, seed: int =
 
 
 def analyse(
-    result: dict[str, Any], *, skip_groups: int = 1, stat: Literal["mean", "median"] = "mean"
+    result: dict[str, Any],
+    *,
+    skip_groups: int = 1,
+    stat: Literal["mean", "median"] = "mean",
+    prefill_steps: bool = False,
 ) -> ABResult:
-    """ABResult of one demo `--result` payload written with `--ab-blocks`."""
+    """ABResult of one demo `--result` payload written with `--ab-blocks`; the first step
+    after each prefill is left out (`blocks`) unless `prefill_steps`."""
     on = result.get("ab_on")
     if not on:
         msg = "the demo result has no `ab_on`: run the demo with --ab-blocks N"
         raise ValueError(msg)
-    bl = blocks(result["step_ms"], on, int(result.get("ab_blocks") or 0), stat)
+    left_out = None if prefill_steps else result.get("after_prefill")
+    bl = blocks(result["step_ms"], on, int(result.get("ab_blocks") or 0), stat, left_out)
     groups = group_ratios(bl, 0)
     # keep at least 2 groups for the interval: skip fewer when there are few
     skip = min(skip_groups, max(0, len(groups) - 2))

@@ -8,6 +8,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -180,6 +182,122 @@ static PyTypeObject CudaEventType = {
     .tp_methods = ev_methods,
 };
 
+/* Event times of one resolution, keyed by the driver's event handle: an event shared by two
+ * calls (the end of one, the start of the next) gets one time. Open addressing, size a power
+ * of two at least twice the entries. */
+typedef struct { CUevent *keys; long long *vals; size_t mask; } EvTimes;
+
+static int evtimes_init(EvTimes *t, Py_ssize_t n) {
+    size_t size = 16;
+    while (size < (size_t)n * 4) size <<= 1;
+    t->keys = PyMem_Calloc(size, sizeof(CUevent));
+    t->vals = PyMem_Malloc(size * sizeof(long long));
+    t->mask = size - 1;
+    return t->keys && t->vals ? 0 : -1;
+}
+
+#define NO_TIME LLONG_MIN
+
+/* The slot of `ev`; *found when it holds a time already (a slot claimed by a call whose
+ * elapsed time failed keeps NO_TIME, and is filled by the next that succeeds). */
+static long long *evtimes_slot(EvTimes *t, CUevent ev, int *found) {
+    size_t i = ((uintptr_t)ev >> 4) & t->mask;
+    while (t->keys[i] && t->keys[i] != ev) i = (i + 1) & t->mask;
+    if (t->keys[i] != ev) {
+        t->keys[i] = ev;
+        t->vals[i] = NO_TIME;
+    }
+    *found = t->vals[i] != NO_TIME;
+    return &t->vals[i];
+}
+
+/* resolve_events(ref, ref_ns, pending, n): GPU times of the first n (seq, ev0, ev1) entries of
+ * `pending` (CudaEvents): None where ev1 has not completed, else (t0_ns, t1_ns). An event's
+ * time is ref_ns plus its elapsed time from `ref`, except an end event first seen here, whose
+ * time is its call's start plus the span between the call's own two events: a span keeps the
+ * driver's resolution (about 0.5 us) however old the reference is, where a float32 of
+ * milliseconds since `ref` rounds to 60 us after an hour. The driver calls run with the GIL
+ * released, so the program's threads go on while the flush thread resolves. */
+static PyObject *resolve_events(PyObject *mod, PyObject *args) {
+    PyObject *ref, *pending;
+    long long ref_ns;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!LO!n", &CudaEventType, &ref, &ref_ns, &PyList_Type, &pending,
+                          &n))
+        return NULL;
+    if (n > PyList_GET_SIZE(pending)) n = PyList_GET_SIZE(pending);
+    if (n <= 0) return PyList_New(0);
+    PyObject *held = PyList_GetSlice(pending, 0, n); /* the events live while the GIL is out */
+    if (!held) return NULL;
+    CUevent *evs = PyMem_Malloc(2 * (size_t)n * sizeof(CUevent));
+    long long *ns = PyMem_Malloc(2 * (size_t)n * sizeof(long long));
+    signed char *state = PyMem_Malloc((size_t)n);
+    EvTimes cache = {0};
+    PyObject *out = NULL;
+    if (!evs || !ns || !state || evtimes_init(&cache, n) < 0) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(held, k);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 3 ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(item, 1), &CudaEventType) ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(item, 2), &CudaEventType)) {
+            PyErr_SetString(PyExc_TypeError, "resolve_events() takes (seq, CudaEvent, CudaEvent)");
+            goto done;
+        }
+        evs[2 * k] = ((CudaEvent *)PyTuple_GET_ITEM(item, 1))->ev;
+        evs[2 * k + 1] = ((CudaEvent *)PyTuple_GET_ITEM(item, 2))->ev;
+    }
+    CUevent r = ((CudaEvent *)ref)->ev;
+    CUcontext ctx = ((CudaEvent *)ref)->ctx;
+    CUresult err = CUDA_SUCCESS;
+    Py_BEGIN_ALLOW_THREADS
+    CUcontext cur = NULL;
+    if (cuCtxGetCurrent_(&cur) == CUDA_SUCCESS && !cur) cuCtxSetCurrent_(ctx);
+    for (Py_ssize_t k = 0; k < n && err == CUDA_SUCCESS; k++) {
+        CUevent e0 = evs[2 * k], e1 = evs[2 * k + 1];
+        CUresult rc = cuEventQuery_(e1);
+        state[k] = 0;
+        if (rc == CUDA_ERROR_NOT_READY) continue;
+        int f0, f1;
+        long long *t0 = evtimes_slot(&cache, e0, &f0);
+        float ms = 0;
+        if (rc == CUDA_SUCCESS && !f0) {
+            rc = cuEventElapsedTime_(&ms, r, e0);
+            if (rc == CUDA_SUCCESS) *t0 = ref_ns + llround((double)ms * 1e6);
+        }
+        if (rc == CUDA_SUCCESS) {
+            long long *t1 = evtimes_slot(&cache, e1, &f1);
+            if (!f1) {
+                rc = cuEventElapsedTime_(&ms, e0, e1);
+                if (rc == CUDA_SUCCESS) *t1 = *t0 + llround((double)ms * 1e6);
+            }
+            if (rc == CUDA_SUCCESS) {
+                ns[2 * k] = *t0;
+                ns[2 * k + 1] = *t1;
+                state[k] = 1;
+                continue;
+            }
+        }
+        if (rc != CUDA_ERROR_NOT_READY) err = rc;
+    }
+    Py_END_ALLOW_THREADS
+    if (err != CUDA_SUCCESS) { cuda_error("resolving CUDA events", err); goto done; }
+    out = PyList_New(n);
+    if (!out) goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *v = state[k] ? Py_BuildValue("(LL)", ns[2 * k], ns[2 * k + 1]) : Py_NewRef(Py_None);
+        if (!v) { Py_CLEAR(out); goto done; }
+        PyList_SET_ITEM(out, k, v);
+    }
+done:
+    PyMem_Free(evs);
+    PyMem_Free(ns);
+    PyMem_Free(state);
+    PyMem_Free(cache.keys);
+    PyMem_Free(cache.vals);
+    Py_DECREF(held);
+    return out;
+}
+
 /* driver_error(): None when the driver API loads, else why it does not. */
 static PyObject *driver_error(PyObject *mod, PyObject *unused) {
     if (load_driver() == 0) Py_RETURN_NONE;
@@ -189,6 +307,8 @@ static PyObject *driver_error(PyObject *mod, PyObject *unused) {
 static PyMethodDef cudaev_functions[] = {
     {"driver_error", driver_error, METH_NOARGS,
      "None when libcuda's event API loads, else the reason it does not."},
+    {"resolve_events", resolve_events, METH_VARARGS,
+     "resolve_events(ref, ref_ns, pending, n): (t0_ns, t1_ns) or None per pending entry."},
     {NULL},
 };
 

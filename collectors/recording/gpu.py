@@ -188,45 +188,88 @@ class GpuEvents(RecorderState):
         """Resolve the pending events that completed; with `wait`, poll for the others until
         `until` (monotonic; default: the exit deadline from now). The pending list is changed in
         place: other threads append to it meanwhile. An event goes back to the pool only when
-        no pending entry and no thread's boundary slot still holds it (shared events)."""
+        no pending entry and no thread's boundary slot still holds it (shared events). The last
+        end event resolved becomes the reference of the next resolution (`_rebase`)."""
         pending = self._gpu_pending
         if not pending or self._gpu_ref is None:
             return
-        ref, ref_ns = self._gpu_ref
-        keep: list[tuple[int, Any, Any]] = []
         deadline = time.monotonic() + self.config.exit_deadline_s if until is None else until
         n = len(pending)
-        times: dict[int, int] = {}
+        entries = pending[:n]
+        times = self._event_times(entries)
+        missing = [k for k, t in enumerate(times) if t is None]
+        while wait and missing and time.monotonic() < deadline:
+            time.sleep(0.0005)  # polled, not synchronize(): bounded, never hangs the exit
+            again = self._event_times([entries[k] for k in missing])
+            for k, t in zip(missing, again):
+                times[k] = t
+            missing = [k for k, t in zip(missing, again) if t is None]
+        keep: list[tuple[int, Any, Any]] = []
         freed: dict[int, Any] = {}
-
-        def at(ev: Any) -> int:
-            t = times.get(id(ev))
+        done = self._gpu_done
+        last: tuple[Any, int] | None = None
+        for entry, t in zip(entries, times):
             if t is None:
-                t = times[id(ev)] = ref_ns + round(ref.elapsed_time(ev) * 1e6)
-            return t
-
-        for k, (seq, ev0, ev1) in enumerate(pending[:n]):
-            if k % 64 == 63:
-                self._yield_gil()
-            done = ev1.query()
-            while wait and not done and time.monotonic() < deadline:
-                time.sleep(0.0005)  # polled, not synchronize(): bounded, never hangs the exit
-                done = ev1.query()
-            if not done:
-                keep.append((seq, ev0, ev1))
+                keep.append(entry)
                 continue
-            self._gpu_done[seq] = (at(ev0), at(ev1))
+            seq, ev0, ev1 = entry
+            done[seq] = t
             freed[id(ev0)] = ev0
             freed[id(ev1)] = ev1
+            last = (ev1, t[1])
         del pending[:n]
         pending[0:0] = keep
+        if last is not None:
+            freed.update(self._rebase(last))
         if freed:
-            # held: boundary slots first, then the pending entries (see _gpu_end's order)
+            # held: boundary slots first, then the pending entries (see _gpu_end's order),
+            # and the reference
             held = set(self._bound_ids)
+            held.add(id(self._gpu_ref[0]))
             for _seq, ev0, ev1 in list(pending):
                 held.add(id(ev0))
                 held.add(id(ev1))
             self._event_pool.extend(ev for i, ev in freed.items() if i not in held)
+
+    def _event_times(self, entries: list[tuple[int, Any, Any]]) -> list[tuple[int, int] | None]:
+        """(start, end) in ns of each (seq, start event, end event) whose end completed, else
+        None. Driver-API events: one native call that makes the driver calls without the GIL
+        (`resolve_events`); torch's: the same rule in Python, yielding the GIL every 64."""
+        assert self._gpu_ref is not None
+        ref, ref_ns = self._gpu_ref
+        native = self._native
+        if native is not None and isinstance(ref, native.CudaEvent):
+            out: list[tuple[int, int] | None] = native.resolve_events(
+                ref, ref_ns, entries, len(entries)
+            )
+            return out
+        times: dict[int, int] = {}
+        result: list[tuple[int, int] | None] = []
+        for k, (_seq, ev0, ev1) in enumerate(entries):
+            if k % 64 == 63:
+                self._yield_gil()
+            if not ev1.query():
+                result.append(None)
+                continue
+            t0 = times.get(id(ev0))
+            if t0 is None:
+                t0 = times[id(ev0)] = ref_ns + round(ref.elapsed_time(ev0) * 1e6)
+            t1 = times.get(id(ev1))
+            if t1 is None:  # from its own start: a span keeps its precision (resolve_events)
+                t1 = times[id(ev1)] = t0 + round(ev0.elapsed_time(ev1) * 1e6)
+            result.append((t0, t1))
+        return result
+
+    def _rebase(self, last: tuple[Any, int]) -> dict[int, Any]:
+        """Make `last` (a resolved end event and its time) the reference: elapsed times from
+        it stay small, so their float32 milliseconds keep sub-microsecond steps (from the
+        calibration event they round to 60 us after an hour). Returns the old reference, for
+        the pool (kept out of it while a pending entry or a boundary slot holds it)."""
+        old = self._gpu_ref
+        self._gpu_ref = last
+        if old is None or old[0] is last[0]:
+            return {}
+        return {id(old[0]): old[0]}
 
     def _cuda_device(self) -> int | None:
         """This thread's CUDA device (the rank's, on the program's threads), if CUDA is on."""

@@ -28,6 +28,8 @@ def test_off_blocks_record_nothing(tmp_path: Path) -> None:
     demo = json.loads(result.read_text())
     assert demo["ab_recorder"] is True
     assert demo["ab_on"] == [(i // 2) % 4 in (0, 3) for i in range(16)]
+    # one request (64 tokens by default): only the first step follows a prefill
+    assert demo["after_prefill"] == [i == 0 for i in range(16)]
     # THEN the rank recorded exactly the 8 on cycles (16 ran)
     procs = list((tmp_path / "ab" / "raw").glob("pid-*/process.json"))
     info = [json.loads(p.read_text()) for p in procs]

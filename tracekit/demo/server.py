@@ -126,6 +126,7 @@ class _Cycles:
     run_s: float
     schedule: list[bool]
     switched: bool  # the A/B blocks switched a recorder
+    after_prefill: list[bool]  # the cycle's step was the first of a request
 
 
 def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
@@ -135,6 +136,7 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     rng = random.Random(opts.seed)
     step_s: list[float] = []
     accept: list[int] = []
+    after_prefill: list[bool] = []
     requests, in_request = 0, 0
 
     def sync() -> None:
@@ -148,9 +150,11 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     for i in range(opts.cycles):
         if switch is not None and (i == 0 or schedule[i] != schedule[i - 1]):
             switch(schedule[i])  # between cycles, outside the timed step
-        if requests == 0 or in_request >= opts.max_new_tokens or decoder.room() < 1:
+        prefill = requests == 0 or in_request >= opts.max_new_tokens or decoder.room() < 1
+        if prefill:
             decoder.prefill([rng.randrange(vocab) for _ in range(opts.prompt_len)])
             requests, in_request = requests + 1, 1
+        after_prefill.append(prefill)
         sync()
         t0 = time.perf_counter()
         result = decoder.step()
@@ -161,7 +165,7 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     run_s = time.perf_counter() - t_run
     if switch is not None:
         switch(True)  # the exit's flush and the rest of the process are recorded as usual
-    return _Cycles(step_s, accept, requests, run_s, schedule, switch is not None)
+    return _Cycles(step_s, accept, requests, run_s, schedule, switch is not None, after_prefill)
 
 
 def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
@@ -215,6 +219,7 @@ def _payload(
         "run_s": c.run_s,
         "ab_blocks": opts.ab_blocks,
         "ab_on": c.schedule if opts.ab_blocks > 0 else None,
+        "after_prefill": c.after_prefill if opts.ab_blocks > 0 else None,
         "ab_recorder": c.switched,
         "model": {"size": opts.model_size, **asdict(opts.model_config())},
     }

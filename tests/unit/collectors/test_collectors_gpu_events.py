@@ -306,3 +306,59 @@ def test_relaxed_capture_is_a_no_op_without_a_cuda_driver(monkeypatch: pytest.Mo
     monkeypatch.setattr(gpu_events, "_exchange_mode", [None])
     with gpu_events.relaxed_capture():
         pass
+
+
+class Float32Cuda(FakeCuda):
+    """FakeCuda whose `elapsed_time` rounds to float32 milliseconds, as CUDA's does."""
+
+    def __init__(self) -> None:
+        super().__init__(lag_ns=0)
+        base = self.Event
+
+        class Event(base):  # type: ignore[valid-type,misc]
+            def elapsed_time(self, other: Any) -> float:
+                import numpy as np
+
+                return float(np.float32(super().elapsed_time(other)))
+
+        self.Event = Event
+
+
+def test_spans_keep_their_precision_with_an_old_reference(tmp_path: Path) -> None:
+    # GIVEN a calibration reference an hour old (float32 milliseconds since it step by 0.25 ms)
+    cuda = Float32Cuda()
+    rec = _recorder(tmp_path, cuda)
+    call = make_wrapper(lambda: time.sleep(0.0013), Site(Target("m", "f"), phase="decode"), rec)
+    call()  # the calibration, and one call
+    ref, ref_ns = rec._gpu_ref  # type: ignore[misc]
+    ref.t -= 3600 * 10**9
+    rec._gpu_ref = (ref, ref_ns - 3600 * 10**9)
+    events: list[tuple[int, int]] = []
+    orig = rec._gpu_end
+
+    def gpu_end(ts: Any, seq: int, ev: Any, cycle: int) -> None:
+        orig(ts, seq, ev, cycle)
+        events.append((ev.t, rec._gpu_pending[-1][2].t))
+
+    rec._gpu_end = gpu_end  # type: ignore[method-assign]
+    # WHEN calls are resolved in two flushes
+    for _ in range(3):
+        call()
+    rec.flush()
+    first_ref = rec._gpu_ref[0]  # type: ignore[index]
+    for _ in range(3):
+        call()
+    rec.close()
+    # THEN every span is the events' own difference to the microsecond (float32 of 1.3 ms),
+    # where one measured from the old reference would step by 0.25 ms
+    rows = [r for r in _rows(rec) if r["kind"] == "phase"][1:]
+    assert len(rows) == 6
+    for r, (t0, t1) in zip(rows, events):
+        assert abs((r["gpu_end_ns"] - r["gpu_start_ns"]) - (t1 - t0)) < 1_000
+    # and the first flush made its last end event the reference: the second flush's times
+    # carry that event's offset (up to half a 0.25 ms step here, from the hour-old reference)
+    # and nothing more, where the old reference would round each again
+    assert first_ref is not ref
+    offset = rows[2]["gpu_end_ns"] - events[2][1]
+    for r, (t0, _t1) in zip(rows[3:], events[3:]):
+        assert abs(r["gpu_start_ns"] - t0 - offset) < 1_000

@@ -95,3 +95,24 @@ def test_analyse_groups_blocks_of_cycles() -> None:
     assert (r.on_ms, r.off_ms) == (11.0, 10.0)
     with pytest.raises(ValueError, match="ab_on"):
         ab.analyse({"step_ms": steps})
+
+
+def test_the_step_after_a_prefill_counts_in_neither_state() -> None:
+    ab = _ab()
+    # blocks of 2 cycles, 3 groups; every "on" cycle costs 1 ms more (11 against 10 ms), and a
+    # prefill before cycles 0, 8 and 16 (the first cycle of each group, always "on", as the
+    # demo's 64-token baseline requests fall on blocks of 8) makes that step 20 ms slower
+    on = ab_schedule(24, 2)
+    after = [i % 8 == 0 for i in range(24)]
+    steps = [(11.0 if s else 10.0) + (20.0 if a else 0.0) for s, a in zip(on, after)]
+    result = {"step_ms": steps, "ab_on": on, "ab_blocks": 2, "after_prefill": after}
+    # THEN left out, each group is 11 against 10 ms: +10%
+    r = ab.analyse(result, skip_groups=0)
+    assert r.cost_pct == pytest.approx(10.0)
+    assert (r.on_ms, r.off_ms) == (11.0, 10.0)
+    # kept, the first on block of a group averages (31 + 11) / 2 = 21 ms: on (21 + 11) / 2 =
+    # 16 ms against 10, +60%
+    kept = ab.analyse(result, skip_groups=0, prefill_steps=True)
+    assert kept.cost_pct == pytest.approx(60.0)
+    with pytest.raises(ValueError, match="prefill marks"):
+        ab.blocks(steps, on, 2, left_out=after[:-1])
