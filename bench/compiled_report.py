@@ -7,7 +7,9 @@ Each run under OUT/runs is merged here (`tracekit merge`) if it was not. Per HF 
 records (the merged `phases` table) against the program's forward calls, replays inside decode
 instances against the program's `CUDAGraph.replay` count, instances flagged graph_replayed.
 Wall time per generate (the first, compiling one left out): median alone, and in the traced
-process with recording on and off (`--ab`).
+process with recording on and off (`--ab`); per traced run (`ab`), recording on against off in
+ABBA groups of generates (bench/overhead_ab.py `interval`: mean with its t-interval, median
+with its order-statistics interval; the first group left out).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import sys
 import tarfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import overhead_ab
 
 
 def _merged(run: Path) -> bool:
@@ -42,16 +47,34 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def hf_ab(res: dict[str, Any]) -> dict[str, Any] | None:
+    """Recording on against off in one traced process: groups of four generates after the
+    first (on, off, off, on, as bench/hf_static_compile.py switches), the first group left
+    out; each group's (on mean, off mean) into `overhead_ab.interval`."""
+    walls, rec = res["wall_s"][1:], res.get("recording", [])[1:]
+    groups = []
+    for g in range(len(walls) // 4):
+        w, r = walls[4 * g : 4 * g + 4], rec[4 * g : 4 * g + 4]
+        if r != [True, False, False, True]:
+            return None  # not an --ab run
+        groups.append(((w[0] + w[3]) / 2, (w[1] + w[2]) / 2))
+    if len(groups) < 3:
+        return None
+    return dict(overhead_ab.interval(groups[1:]).__dict__)
+
+
 def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
     alone: list[float] = []
     disabled: list[float] = []
     on: list[float] = []
     off: list[float] = []
     runs = []
+    ab = {}
     for s in steps:
         res = s.get("result")
         if not s["name"].startswith("hf-") or res is None:
             continue
+        ab[s["name"]] = hf_ab(res)
         walls = res["wall_s"][1:]
         if s["name"].startswith(("hf-alone", "hf-disabled")):
             (alone if s["name"].startswith("hf-alone") else disabled).extend(walls)
@@ -88,6 +111,7 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
         pct["on_vs_off_pct"] = 100 * (ms["on"] / ms["off"] - 1)
     return {
         "runs": runs,
+        "ab": {k: v for k, v in ab.items() if v is not None},
         "generate_ms_median": ms,
         "generates": {
             "alone": len(alone),

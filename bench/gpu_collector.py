@@ -551,6 +551,10 @@ def resolve_check(torch: Any, native: Any, n: int = 2000) -> dict[str, Any]:
     }
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.2f}"
+
+
 def summary_lines(results: dict[str, Any]) -> list[str]:
     """The short table printed last."""
     lines = []
@@ -601,7 +605,8 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
                     f"{key} {path}: light {r['cost_pct']:+.2f}% of the cycle, 95% t "
                     f"[{r['t_lo_pct']:+.2f}, {r['t_hi_pct']:+.2f}], bootstrap "
                     f"[{r['boot_lo_pct']:+.2f}, {r['boot_hi_pct']:+.2f}] ({r['groups']} groups,"
-                    f" off {r['off_ms']:.3f} ms)"
+                    f" off {r['off_ms']:.3f} ms); median group {r['median_pct']:+.2f}% "
+                    f"[{_pct(r.get('median_lo_pct'))}, {_pct(r.get('median_hi_pct'))}]"
                     if r.get("t_lo_pct") is not None
                     else f"{key} {path}: light {r['cost_pct']:+.2f}% ({r['groups']} group)"
                 )

@@ -47,6 +47,29 @@ class ABResult:
     on_ms: float  # mean of the on blocks' statistic
     off_ms: float
     group_pct: list[float]
+    # the median of the groups' r with its distribution-free 95% interval (order statistics,
+    # `median_interval`): one slow block moves the mean and its t-interval, not these
+    median_pct: float | None = None
+    median_lo_pct: float | None = None
+    median_hi_pct: float | None = None
+
+
+def median_interval(r: list[float]) -> tuple[float, float] | None:
+    """The median's 95% interval from order statistics: the k-th smallest and k-th largest of
+    n values, k the largest with P(Binomial(n, 1/2) < k) <= 0.025 (so it covers at least 95%
+    whatever the distribution). None below 6 values (no such k)."""
+    n = len(r)
+    below = 0.0  # P(B < k), B ~ Binomial(n, 1/2)
+    k = 0
+    while True:
+        nxt = below + math.comb(n, k) / 2**n
+        if nxt > 0.025:
+            break
+        below, k = nxt, k + 1
+    if k < 1:
+        return None
+    x = sorted(r)
+    return x[k - 1], x[n - k]
 
 
 def blocks(
@@ -115,6 +138,7 @@ def interval(groups: list[tuple[float, float]], *, boot: int = 2000, seed: int =
         rng = random.Random(seed)
         means = sorted(statistics.fmean(rng.choices(r, k=g)) for _ in range(boot))
         b_lo, b_hi = means[int(0.025 * boot)], means[int(0.975 * boot) - 1]
+    med = median_interval(r)
     return ABResult(
         groups=g,
         cost_pct=mean,
@@ -125,6 +149,9 @@ def interval(groups: list[tuple[float, float]], *, boot: int = 2000, seed: int =
         on_ms=statistics.fmean(on for on, _ in groups),
         off_ms=statistics.fmean(off for _, off in groups),
         group_pct=r,
+        median_pct=statistics.median(r),
+        median_lo_pct=None if med is None else med[0],
+        median_hi_pct=None if med is None else med[1],
     )
 
 

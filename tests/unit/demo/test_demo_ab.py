@@ -116,3 +116,21 @@ def test_the_step_after_a_prefill_counts_in_neither_state() -> None:
     assert kept.cost_pct == pytest.approx(60.0)
     with pytest.raises(ValueError, match="prefill marks"):
         ab.blocks(steps, on, 2, left_out=after[:-1])
+
+
+def test_median_interval_from_order_statistics() -> None:
+    ab = _ab()
+    # n = 15: P(B <= 3) = (1 + 15 + 105 + 455) / 32768 = 0.0176 <= 0.025, P(B <= 4) = 0.059:
+    # k = 4, the interval is the 4th smallest and the 4th largest (12th smallest)
+    r = [float(x) for x in range(1, 16)]
+    assert ab.median_interval(r) == (4.0, 12.0)
+    # n = 6: P(B = 0) = 1/64 = 0.016 <= 0.025, P(B <= 1) = 7/64 > 0.025: the extremes
+    assert ab.median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (1.0, 6.0)
+    # n = 5: P(B = 0) = 1/32 = 0.031 > 0.025: no interval
+    assert ab.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    # one outlier group moves the mean, not the median or its interval
+    groups = [(10.1, 10.0)] * 14 + [(5.0, 10.0)]
+    res = ab.interval(groups)
+    assert res.cost_pct == pytest.approx((14 * 1.0 - 50.0) / 15)
+    assert res.median_pct == pytest.approx(1.0)
+    assert (res.median_lo_pct, res.median_hi_pct) == (pytest.approx(1.0), pytest.approx(1.0))
