@@ -29,7 +29,7 @@ In order, each part written out before the next starts (the budget skips what do
 4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
    raw records (pyarrow only: no merge, no polars), sampled / unsampled - 1; and, inside the
-   unsampled run, every 8th cycle's median against all cycles' (the sampling error alone).
+   unsampled run, the median of the cycles `--gpu-sample 8` would time against all cycles' (the sampling error alone).
 
 `gpu_collector.json` (all figures, each run's command, exit code, wall time and output tail) is
 rewritten after every step; `gpu_collector.log` has the log. Every part runs in try/except:
@@ -313,8 +313,11 @@ def phase_spans(run_dir: Path) -> dict[str, list[float]]:
 def compare_sampling(
     full: dict[str, list[float]] | None, sampled: dict[str, list[float]] | None, n: int
 ) -> dict[str, Any]:
-    """Per phase: median span unsampled, sampled (every n-th cycle), their ratio - 1 in %, and
-    the unsampled run's every-n-th-cycle median against its own median."""
+    """Per phase: median span unsampled, sampled (one cycle in n), their ratio - 1 in %, and
+    the median of the unsampled run's cycles that sampling would time against its own median
+    (the sampling error alone, without the spread between processes)."""
+    from tracekit.collectors.recording.gpu import sampled
+
     if not full or not sampled:
         return {"error": "a run of the pair failed"}
     res: dict[str, Any] = {}
@@ -322,7 +325,8 @@ def compare_sampling(
         if phase.endswith("@cycles") or phase not in sampled:
             continue
         cycles = full[f"{phase}@cycles"]
-        sub = [s for s, c in zip(spans, cycles, strict=True) if int(c) % n == 0]
+        # the cycles `--gpu-sample n` would time (collectors/recording/gpu.py `sampled`)
+        sub = [s for s, c in zip(spans, cycles, strict=True) if sampled(int(c), n)]
         m_full, m_samp = statistics.median(spans), statistics.median(sampled[phase])
         res[phase] = {
             "unsampled_p50_ms": m_full,
@@ -618,7 +622,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
                 lines.append(
                     f"sampling {path} {phase}: p50 {r['unsampled_p50_ms']:.3f} ms unsampled, "
                     f"{r['sampled_p50_ms']:.3f} sampled ({r['sampled_vs_unsampled_pct']:+.2f}%); "
-                    f"every 8th cycle of the unsampled run {r['subsample_vs_all_pct']:+.2f}%"
+                    f"the unsampled run's sampled cycles {r['subsample_vs_all_pct']:+.2f}%"
                 )
             elif phase == "error":
                 lines.append(f"sampling {path}: {r}")

@@ -10,7 +10,7 @@ adjacent top-level phases of one cycle on one thread when the second starts with
 `SHARE_GAP_NS` (20 µs) of host time after the first's end event (its GPU span then starts where
 the previous one ended; the phase's wall time is the same, the gap's device time moves from its
 overhead into its span); none for a cycle-only target (merge keeps no GPU times for cycles); and
-with `gpu_sample` N > 1 (`tracekit launch --gpu-sample N`) only every N-th cycle gets events at
+with `gpu_sample` N > 1 (`tracekit launch --gpu-sample N`) only one cycle in N gets events at
 all, the others keep CPU times (docs/DEFINITIONS.md, "CUDA events of light mode"). Records are buffered and appended to `raw/pid-<pid>/records.arrow` (Arrow IPC stream
 format, one `os.write` a flush) every `flush_records` records or `flush_seconds` seconds, by a
 daemon flush thread (`tracekit-flush`): an outermost exit that finds a full batch or the
@@ -86,7 +86,7 @@ class RecorderConfig:
     control_dir: Path | None = None
     # rotation by size / age and retention of the record segments (collectors/segments.py)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    gpu_sample: int = 1  # CUDA events on every N-th cycle (`--gpu-sample N`); CPU clocks on all
+    gpu_sample: int = 1  # CUDA events on one cycle in N (`--gpu-sample N`); CPU clocks on all
     # the native hot path where it loads (collectors/recording/native.py; same records)
     native: bool = True
     # with it, CUDA events through the driver API (`_native.CudaEvent`) instead of torch's

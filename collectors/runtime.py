@@ -43,7 +43,7 @@ ENV_KEEP_BYTES = "TRACEKIT_KEEP_BYTES"
 ENV_KEEP_SECONDS = "TRACEKIT_KEEP_SECONDS"
 ENV_SEGMENT_BYTES = "TRACEKIT_SEGMENT_BYTES"  # rotation size (default: derived from --keep)
 ENV_SEGMENT_SECONDS = "TRACEKIT_SEGMENT_SECONDS"
-ENV_GPU_SAMPLE = "TRACEKIT_GPU_SAMPLE"  # CUDA events on every N-th cycle (`--gpu-sample N`)
+ENV_GPU_SAMPLE = "TRACEKIT_GPU_SAMPLE"  # CUDA events on one cycle in N (`--gpu-sample N`)
 # "torch": light mode's CUDA events are torch's, not the native extension's driver-API
 # CudaEvent (the default where the extension loads; docs/BENCHMARKS.md, issue 25)
 ENV_GPU_EVENTS = "TRACEKIT_GPU_EVENTS"

@@ -1,8 +1,9 @@
 """CUDA events of light mode: which top-level phase calls get them, and how many
 (docs/DEFINITIONS.md, "CUDA events of light mode").
 
-- sampling: with `gpu_sample` N > 1 only the calls of cycles whose number is a multiple of N
-  (calls outside every cycle: every N-th of them) are GPU-timed; all keep CPU times;
+- sampling: with `gpu_sample` N > 1 only the calls of the cycles `sampled(cycle, N)` picks, one
+  in N spread by the golden ratio (calls outside every cycle: numbered in order, the same rule)
+  are GPU-timed; all keep CPU times;
 - sharing: a top-level phase that starts in the same cycle, on the same thread, within
   SHARE_GAP_NS of the end event of the previous GPU-timed top-level phase (host time after that
   record, so nothing but the two calls' own bookkeeping ran between them) takes that event as
@@ -86,6 +87,21 @@ def relaxed_capture() -> Iterator[None]:
             fn(ctypes.byref(mode))
 
 
+# 2**32 / the golden ratio: cycle c is sampled when the fraction of c / phi falls in the
+# first 1/N of [0, 1) (Fibonacci hashing), see `sampled`
+_PHI32 = 2654435769
+
+
+def sampled(key: int, every: int) -> bool:
+    """Whether cycle `key` gets CUDA events under `--gpu-sample every`: one cycle in `every`,
+    those whose fraction {key / phi} is below 1 / every. The picked cycles are 1 in `every`
+    over any stretch (their gaps take two or three lengths around `every`), and, the golden
+    ratio being irrational, no period of the program lines up with them, where "every
+    `every`-th cycle" meets any step pattern whose period divides it (a request length, a
+    schedule)."""
+    return every <= 1 or ((key * _PHI32) & 0xFFFFFFFF) * every >> 32 == 0
+
+
 class GpuEvents(RecorderState):
     """Start and end events of the GPU-timed calls, and their resolution into GPU times."""
 
@@ -97,7 +113,7 @@ class GpuEvents(RecorderState):
             if key < 0:
                 key = self._loose
                 self._loose += 1
-            if key % every:
+            if not sampled(key, every):
                 if ts.bound is not None:
                     self._drop_bound(ts)
                 return None

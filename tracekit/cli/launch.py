@@ -102,7 +102,7 @@ if TYPE_CHECKING:
     default=1,
     show_default=True,
     metavar="N",
-    help="CUDA events on every N-th cycle only (CPU clocks on all): light mode's per-call "
+    help="CUDA events on one cycle in N only (CPU clocks on all): light mode's per-call "
     "cost on CUDA is mostly event records. Breakdowns of the other cycles use CPU times "
     "(`gpu_timed` false); per-phase statistics come from the timed cycles.",
 )

@@ -161,17 +161,20 @@ def test_no_sharing_past_the_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert d["gpu_end_ns"] < v["gpu_start_ns"]
 
 
-def test_gpu_sample_times_every_nth_cycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_sample_times_one_cycle_in_n(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN --gpu-sample 4 WHEN cycles 0..8 run (the first, then 8 more)
     cuda, rec = _per_cycle_events(tmp_path, 8, 10**9, monkeypatch, gpu_sample=4)
-    # THEN only cycles 0, 4 and 8 have CUDA events (4 each; cycle 0 was before the count)
+    # THEN only the cycles the rule picks have CUDA events: {c / phi} < 1/4 for c = 0, 2, 5
+    # (0.618 x 2 = 1.236, fraction 0.236; x 5 = 3.090, fraction 0.090), 4 events each
+    # (cycle 0 was before the count)
+    assert [c for c in range(9) if gpu_events.sampled(c, 4)] == [0, 2, 5]
     assert cuda.records == 2 * 4
     rows = _rows(rec)
     tops = [r for r in rows if r["kind"] == "phase" and r["depth"] == 0]
     timed = sorted({r["cycle"] for r in tops if r["gpu_start_ns"] is not None})
-    assert timed == [0, 4, 8]
+    assert timed == [0, 2, 5]
     assert all(
-        (r["gpu_start_ns"] is not None) == (r["cycle"] % 4 == 0) for r in tops
+        (r["gpu_start_ns"] is not None) == gpu_events.sampled(r["cycle"], 4) for r in tops
     )  # a cycle is timed whole or not at all
     # every row keeps its CPU times
     assert all(r["start_ns"] <= r["end_ns"] for r in rows)
@@ -182,7 +185,7 @@ def test_gpu_sample_times_every_nth_cycle(tmp_path: Path, monkeypatch: pytest.Mo
             assert r["gpu_start_ns"] - r["start_ns"] < 1_000_000
 
 
-def test_gpu_sample_without_cycles_times_every_nth_call(tmp_path: Path) -> None:
+def test_gpu_sample_without_cycles_times_one_call_in_n(tmp_path: Path) -> None:
     # GIVEN phases outside every cycle (no cycle target, no starts_with) and --gpu-sample 3
     cuda = FakeCuda()
     rec = _recorder(tmp_path, cuda, gpu_sample=3)
@@ -190,11 +193,32 @@ def test_gpu_sample_without_cycles_times_every_nth_call(tmp_path: Path) -> None:
     for _ in range(9):
         ph()
     rec.close()
-    # THEN calls 0, 3, 6 are GPU-timed, 2 events each (an untimed call between them ends the
-    # boundary: nothing is shared across it)
+    # THEN the calls numbered as the rule picks them are GPU-timed: {c / phi} < 1/3 for
+    # c = 0, 2, 5, 7 (0.618 c = 0, 1.236, 3.090, 4.326)
+    picked = [c for c in range(9) if gpu_events.sampled(c, 3)]
+    assert picked == [0, 2, 5, 7]
     rows = _rows(rec)
-    assert [r["gpu_start_ns"] is not None for r in rows] == [True, False, False] * 3
-    assert cuda.records - 1 == 3 * 2  # the calibration event excluded
+    assert [r["gpu_start_ns"] is not None for r in rows] == [c in picked for c in range(9)]
+    # 2 events each (an untimed call between them ends the boundary: nothing is shared across
+    # it; two picked in a row share one), the calibration event excluded
+    shared = sum(1 for c in picked if c - 1 in picked)
+    assert cuda.records - 1 == 2 * len(picked) - shared
+
+
+def test_the_sampling_rule_is_one_in_n_without_a_period() -> None:
+    # GIVEN the rule for N = 8 over 8,000 cycles
+    picked = [c for c in range(8000) if gpu_events.sampled(c, 8)]
+    # THEN one cycle in 8 (to within 3 cycles over the whole stretch and over each 800: the
+    # golden-ratio sequence's discrepancy grows as log n)
+    assert abs(len(picked) - 1000) <= 3
+    for start in range(0, 8000, 800):
+        assert abs(sum(1 for c in picked if start <= c < start + 800) - 100) <= 3
+    # and a program period of 8 (a request of 8 steps, blocks of 8) does not line up with
+    # them: every step of the period is picked about as often (each 1/8 of 1,000 +- 20%),
+    # where "every 8th cycle" picks step 0 alone
+    by_step = [sum(1 for c in picked if c % 8 == k) for k in range(8)]
+    assert all(100 <= n <= 150 for n in by_step), by_step
+    assert gpu_events.sampled(12345, 1)
 
 
 def test_shared_event_is_not_reused_while_held(
@@ -247,11 +271,13 @@ def test_inlined_and_generic_paths_record_the_same_events(
         rec.close()
         counts.append(cuda.records)
         tops = [r for r in _rows(rec) if r["kind"] == "phase" and r["depth"] == 0]
-        assert [r["cycle"] for r in tops if r["gpu_start_ns"] is not None] == [0] * 3 + [2] * 3 + [
-            4
-        ] * 3
-    # THEN both record 1 calibration + 3 timed cycles x 4 events
-    assert counts == [1 + 3 * 4, 1 + 3 * 4]
+        picked = [c for c in range(6) if gpu_events.sampled(c, 2)]
+        assert picked == [0, 2, 4, 5]
+        assert [r["cycle"] for r in tops if r["gpu_start_ns"] is not None] == [
+            c for c in picked for _ in range(3)
+        ]
+    # THEN both record 1 calibration + 4 timed cycles x 4 events
+    assert counts == [1 + 4 * 4, 1 + 4 * 4]
 
 
 def test_set_recording_pauses_the_wrappers(tmp_path: Path) -> None:
