@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 HF = HERE / "hf_static_compile.py"
 TRACED_KINDS = (
     "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
+    "assisted", "assisted8",
 )  # fmt: skip
 AB_PROFILE = HERE / "ab_profile.py"
 
@@ -89,10 +90,12 @@ def demo_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]])
 
 def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -> None:
     sys.path.insert(0, str(HERE))
-    from hf_static_compile import PHASES_TOML
+    from hf_static_compile import ASSISTED_TOML, PHASES_TOML
 
-    phases = out / "hf_phases.toml"
-    phases.write_text(PHASES_TOML)
+    static_phases = out / "hf_phases.toml"
+    static_phases.write_text(PHASES_TOML)
+    assisted_phases = out / "hf_assisted.toml"
+    assisted_phases.write_text(ASSISTED_TOML)
     prog = [sys.executable, str(HF), "--device", args.device]
     if args.device.startswith("cuda"):
         prog += ["--backend", "inductor", "--mode", "reduce-overhead", "--size", "large"]
@@ -106,13 +109,17 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
             res = out / f"{name}.json"
             cmd = [*prog, "--out", str(res)]
             env = None
+            phases = static_phases
+            if kind.startswith("assisted"):  # HF assisted generation (eager), its own map
+                cmd.append("--assisted")
+                phases = assisted_phases
             if kind == "noflush":
                 cmd.append("--no-flush")
             if kind == "profile":  # the program's thread profiled by recording state
                 cmd = [cmd[0], str(AB_PROFILE), "--out", str(out / f"prof-{i}"), "--", *cmd]
             if kind in TRACED_KINDS:
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
-                extra += ["--gpu-sample", "8"] if kind == "sample8" else []
+                extra += ["--gpu-sample", "8"] if kind in ("sample8", "assisted8") else []
                 extra += ["--gpu-sample", "1000000"] if kind == "noevents" else []
                 extra += ["--flush-interval", "600"] if kind == "noflush" else []
                 cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
@@ -143,7 +150,9 @@ def main(argv: list[str] | None = None) -> None:
         "event after the first cycle), torchevents (traced, TRACEKIT_GPU_EVENTS=torch), noflush "
         "(traced, flush interval 600 s and the batch raised past the run: no flush, so no event "
         "resolution on the flush thread, while the generates run), profile (traced, the program's "
-        "thread under cProfile split by recording state: bench/ab_profile.py)",
+        "thread under cProfile split by recording state: bench/ab_profile.py), assisted / "
+        "assisted8 (HF assisted generation, eager, a 1-layer draft; traced with its map, "
+        "--gpu-sample 1 / 8)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

@@ -38,6 +38,30 @@ targets = ["transformers.models.llama.modeling_llama:LlamaForCausalLM.forward"]
 starts_with = "decode"
 """
 
+# --assisted: HF assisted generation (a 1-layer draft of the same vocabulary), the map of
+# tests/integration/test_hf_assisted.py
+ASSISTED_TOML = """\
+[adapter]
+name = "hf-assisted"
+
+[[phase]]
+name = "draft"
+targets = ["transformers.generation.candidate_generator:AssistedCandidateGenerator.get_candidates"]
+accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta" }
+
+[[phase]]
+name = "verify"
+targets = ["transformers.models.llama.modeling_llama:LlamaForCausalLM.forward"]
+
+[[phase]]
+name = "accept"
+targets = ["transformers.generation.candidate_generator:AssistedCandidateGenerator.update_candidate_strategy"]
+accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta", state = "after" }
+
+[cycle]
+starts_with = "draft"
+"""
+
 CFG = {
     "vocab_size": 128,
     "hidden_size": 64,
@@ -86,6 +110,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="under `tracekit launch --flush-interval 600`: raise the recorder's batch past the "
         "run (a bench-only knob on a private attribute), so no flush runs while it generates",
     )
+    p.add_argument(
+        "--assisted",
+        action="store_true",
+        help="assisted generation (eager, a 1-layer draft model) instead of the compiled "
+        "static-cache generate; map ASSISTED_TOML",
+    )
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
@@ -111,9 +141,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     cfg = LlamaConfig(num_hidden_layers=args.layers, **(BIG if args.size == "large" else CFG))
     model = LlamaForCausalLM(cfg).to(device=args.device, dtype=dtype).eval()
-    cc = CompileConfig(backend=args.backend, mode=args.mode, fullgraph=False)
-    cc._compile_all_devices = True  # transformers' switch: compile off-GPU too
-    model.generation_config.compile_config = cc
+    gen_kw: dict[str, Any] = {"cache_implementation": "static"}
+    if args.assisted:
+        base = BIG if args.size == "large" else CFG
+        draft = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, **base))
+        gen_kw = {"assistant_model": draft.to(device=args.device, dtype=dtype).eval()}
+    else:
+        cc = CompileConfig(backend=args.backend, mode=args.mode, fullgraph=False)
+        cc._compile_all_devices = True  # transformers' switch: compile off-GPU too
+        model.generation_config.compile_config = cc
 
     counts = {"decode_calls": 0, "replays": 0}
     orig_get = type(model).get_compiled_call
@@ -162,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             max_new_tokens=args.new_tokens,
             min_new_tokens=args.new_tokens,
             do_sample=False,
-            cache_implementation="static",
+            **gen_kw,
         )
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
