@@ -45,7 +45,11 @@ def make_step(torch: Any, kernels: int, graph: bool) -> Callable[[], None]:
         return y
 
     if not graph:
-        return lambda: body() and None
+
+        def eager() -> None:
+            body()
+
+        return eager
     body()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
