@@ -171,7 +171,7 @@ def main(argv: list[str]) -> None:
     if "--" not in argv:
         raise SystemExit("ab_profile.py: usage: --out OUT [--skip N] [--top K] -- CMD ARGS")
     cut = argv.index("--")
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--out", required=True)
     ap.add_argument("--skip", type=int, default=1, help="switches before profiling starts")
     ap.add_argument("--top", type=int, default=40)

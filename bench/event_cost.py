@@ -139,7 +139,7 @@ def measure(torch: Any, step: Callable[[], None], runs: dict[str, Any], a: Any) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--kernels", type=int, default=60)

@@ -28,15 +28,25 @@ def _mod() -> Any:
 
 def test_compare_sampling_on_hand_built_spans() -> None:
     gc = _mod()
-    full = {"verify": [10.0, 11.0, 12.0, 13.0], "verify@cycles": [8.0, 9.0, 16.0, 17.0]}
-    sampled = {"verify": [10.5, 12.5], "verify@cycles": [8.0, 16.0]}
+    # cycles 0..15, cycle c's verify spans 10 + c ms (unsampled median 17.5)
+    full = {"verify": [10.0 + c for c in range(16)], "verify@cycles": [float(c) for c in range(16)]}
+    sampled = {"verify": [15.5, 19.5], "verify@cycles": [5.0, 13.0]}
     r = gc.compare_sampling(full, sampled, 8)["verify"]
-    # unsampled median 11.5, sampled 11.5: 0%; every 8th cycle of the unsampled run: 10, 12
-    assert r["unsampled_p50_ms"] == 11.5
-    assert r["sampled_vs_unsampled_pct"] == 0.0
-    assert r["subsample_p50_ms"] == 11.0
-    assert r["subsample_vs_all_pct"] == pytest.approx(100 * (11.0 / 11.5 - 1))
-    assert gc.compare_sampling(None, sampled, 8) == {"error": "a run of the pair failed"}
+    assert r["unsampled_p50_ms"] == 17.5
+    assert r["sampled_vs_unsampled_pct"] == pytest.approx(0.0)  # (15.5 + 19.5) / 2 = 17.5
+    # the cycles --gpu-sample 8 times: {c / phi} < 1/8 for c = 0, 5, 13 (0.618 c = 0, 3.090,
+    # 8.034): spans 10, 15, 23, median 15
+    assert r["subsample_vs_all_pct"] == pytest.approx(100 * (15 / 17.5 - 1))
+    assert r["shifted_subsamples_pct"][0] == r["subsample_vs_all_pct"]
+    # shifted by 1 cycle: c + 1 in {0, 5, 13}: c = 4, 12 (spans 14, 22, median 18)
+    assert r["shifted_subsamples_pct"][1] == pytest.approx(100 * (18 / 17.5 - 1))
+    assert len(r["shifted_subsamples_pct"]) == 8
+    assert r["calls"] == [16, 2]
+    # the unsampled run alone (--sampling-error-only): no sampled figure, the error still
+    alone = gc.compare_sampling(full, None, 8)["verify"]
+    assert alone["sampled_p50_ms"] is None
+    assert alone["subsample_vs_all_pct"] == r["subsample_vs_all_pct"]
+    assert gc.compare_sampling(None, sampled, 8) == {"error": "the unsampled run failed"}
 
 
 @pytest.mark.slow
