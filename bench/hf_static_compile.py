@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.integration.hf_maps import SPEC_MAP
+
 PHASES_TOML = """\
 [adapter]
 name = "hf-static-compile"
@@ -38,29 +41,9 @@ targets = ["transformers.models.llama.modeling_llama:LlamaForCausalLM.forward"]
 starts_with = "decode"
 """
 
-# --assisted: HF assisted generation (a 1-layer draft of the same vocabulary), the map of
+# --assisted: HF assisted generation (a 1-layer draft of the same vocabulary), with the map of
 # tests/integration/test_hf_assisted.py
-ASSISTED_TOML = """\
-[adapter]
-name = "hf-assisted"
-
-[[phase]]
-name = "draft"
-targets = ["transformers.generation.candidate_generator:AssistedCandidateGenerator.get_candidates"]
-accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta" }
-
-[[phase]]
-name = "verify"
-targets = ["transformers.models.llama.modeling_llama:LlamaForCausalLM.forward"]
-
-[[phase]]
-name = "accept"
-targets = ["transformers.generation.candidate_generator:AssistedCandidateGenerator.update_candidate_strategy"]
-accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta", state = "after" }
-
-[cycle]
-starts_with = "draft"
-"""
+ASSISTED_TOML = SPEC_MAP
 
 CFG = {
     "vocab_size": 128,

@@ -28,6 +28,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from tests.integration.hf_maps import SPEC_MAP
 from tracekit.analyzers._load import read_rank
 from tracekit.analyzers.phases import rank_phases
 from tracekit.analyzers.rules import load_rules
@@ -85,30 +86,6 @@ for r in range(rounds):
 print(json.dumps({"per_cycle": per_cycle, "round_ends": ends, "tokens": tokens,
                   "seconds": elapsed, "tokens_per_s": tokens / elapsed,
                   "output_tail": out[0, -5:].tolist()}))
-"""
-
-SPEC_MAP = """
-[adapter]
-name = "hf-assisted"
-package = "transformers"
-
-[[phase]]
-name = "draft"
-targets = ["transformers.generation.candidate_generator:AssistedCandidateGenerator.get_candidates"]
-accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta" }
-
-[[phase]]
-name = "verify"
-targets = ["transformers.models.llama.modeling_llama:LlamaForCausalLM.forward"]
-
-# the length after the cycle: every cycle's tokens, the last of each generate() too
-[[phase]]
-name = "accept"
-targets = ["transformers.generation.candidate_generator:AssistedCandidateGenerator.update_candidate_strategy"]
-accept = { from = "arg:input_ids", value = "shape[-1]", kind = "delta", state = "after" }
-
-[cycle]
-starts_with = "draft"
 """
 
 # the map before `state`: the length before each cycle only
