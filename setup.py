@@ -26,6 +26,7 @@ setup(
                 f"{SRC}/_native_module.c",
                 f"{SRC}/_native_hotpath.c",
                 f"{SRC}/_native_cuda.c",
+                f"{SRC}/_native_gpu.c",
             ],
             depends=[f"{SRC}/_native.h"],
             extra_compile_args=["-O2"],

@@ -358,7 +358,6 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
 
     from tracekit.collectors.phasemap import Site, Target
     from tracekit.collectors.recorder import Recorder, RecorderConfig
-    from tracekit.collectors.recording import gpu as gpu_events
     from tracekit.collectors.recording import native as native_mod
     from tracekit.collectors.wrappers import install
 
@@ -430,13 +429,11 @@ def micro(device: str, calls: int, repeat: int) -> dict[str, Any]:
     res["bare_ns"], res["bare_cpu_ns"] = loop(op, calls)
     res["bare_cycle_ns"], res["bare_cycle_cpu_ns"] = loop(bare_step, calls // 4)
     cases = [("outermost", 1, None), ("outermost_no_share", 1, -1), ("outermost_sample8", 8, None)]
-    share = gpu_events.SHARE_GAP_NS
     for name, n, gap in cases:
         rec, mod = recorder(name, n)
-        gpu_events.SHARE_GAP_NS = share if gap is None else gap
+        rec._share_gap_ns = rec.config.share_gap_ns if gap is None else gap
         e0 = rec.events_recorded
         w, c = loop(mod.outer, calls)
-        gpu_events.SHARE_GAP_NS = share
         res[f"{name}_cost_ns"] = w - res["bare_ns"]
         res[f"{name}_cost_cpu_ns"] = c - res["bare_cpu_ns"]
         res[f"{name}_events_per_call"] = (rec.events_recorded - e0) / (calls * repeat)

@@ -57,8 +57,10 @@ from typing import TYPE_CHECKING, Literal
 from tracekit.collectors.segments import RetentionPolicy
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
+    from tracekit.collectors.recording.gpu import SHARE_GAP_NS
     from tracekit.collectors.recording.hotpath import HotPath
 else:
+    from tracekit.collectors.recording.gpu import SHARE_GAP_NS
     from tracekit.collectors.recording.hotpath import HotPath
 
 # One deadline for everything the exit waits on (the last phases' CUDA events, the final flush,
@@ -87,6 +89,9 @@ class RecorderConfig:
     # rotation by size / age and retention of the record segments (collectors/segments.py)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     gpu_sample: int = 1  # CUDA events on one cycle in N (`--gpu-sample N`); CPU clocks on all
+    # two adjacent top-level phases of a cycle share the event at their boundary when the
+    # second starts within this much host time of the first's end record (`_gpu_begin`)
+    share_gap_ns: int = SHARE_GAP_NS
     # the native hot path where it loads (collectors/recording/native.py; same records)
     native: bool = True
     # with it, CUDA events through the driver API (`_native.CudaEvent`) instead of torch's

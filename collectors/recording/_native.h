@@ -19,5 +19,18 @@ extern PyTypeObject PhaseCallType;
 
 int hotpath_init(PyObject *module);
 int cudaev_init(PyObject *module);
+int gpu_init(void);
+
+/* _native_cuda.c: record a CudaEvent on torch's current stream (0; -1 with an error set), or 1
+ * when `ev` is not one. */
+int cudaev_record(PyObject *ev);
+
+/* _native_gpu.c: gpu.py's `_gpu_begin` (0, *ev the start event, a new reference, or NULL when
+ * the call is not GPU-timed; -1 with an error set) and `_gpu_end` (0 or -1) on the recorder's
+ * instance dict `d`; `offset` is the hot path's clock offset. */
+int gpu_begin(PyObject *rec, PyObject *d, TState *ts, long long cycle, long long offset,
+              PyObject **ev);
+int gpu_end(PyObject *d, TState *ts, long long seq, PyObject *ev, long long cycle,
+            long long offset);
 
 #endif

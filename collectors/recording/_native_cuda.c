@@ -114,6 +114,8 @@ static void ensure_ctx(CudaEvent *self) {
     if (cuCtxGetCurrent_(&cur) == CUDA_SUCCESS && !cur) cuCtxSetCurrent_(self->ctx);
 }
 
+static PyTypeObject CudaEventType;
+
 /* record(): on torch's current stream of torch's current device, as Event.record() does. */
 static PyObject *ev_record(CudaEvent *self, PyObject *unused) {
     ensure_ctx(self);
@@ -128,6 +130,16 @@ static PyObject *ev_record(CudaEvent *self, PyObject *unused) {
     CUresult rc = cuEventRecord_(self->ev, (CUstream)stream);
     if (rc != CUDA_SUCCESS) return cuda_error("cuEventRecord", rc);
     Py_RETURN_NONE;
+}
+
+/* For the native bookkeeping (_native_gpu.c): record `ev` when it is a CudaEvent (0, or -1
+ * with an error set); 1 when it is not one (the caller calls its own record()). */
+int cudaev_record(PyObject *ev) {
+    if (!Py_IS_TYPE(ev, &CudaEventType)) return 1;
+    PyObject *r = ev_record((CudaEvent *)ev, NULL);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 static PyObject *ev_query(CudaEvent *self, PyObject *unused) {
@@ -147,8 +159,6 @@ static PyObject *ev_synchronize(CudaEvent *self, PyObject *unused) {
     if (rc != CUDA_SUCCESS) return cuda_error("cuEventSynchronize", rc);
     Py_RETURN_NONE;
 }
-
-static PyTypeObject CudaEventType;
 
 /* elapsed_time(end): ms from this event to `end`, as torch.cuda.Event.elapsed_time. */
 static PyObject *ev_elapsed(CudaEvent *self, PyObject *end) {

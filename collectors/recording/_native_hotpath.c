@@ -6,8 +6,9 @@
  * does, in the same order, reading and writing the same recorder attributes (through the
  * recorder's instance dict), so both write identical rows (tests/unit/collectors/
  * test_native_hotpath.py runs them side by side). Everything it does not handle itself (a
- * site's first calls, an NVTX tool, a profiler window, CUDA events) it hands to the same
- * Python methods the Python body calls, or to `generic`, the wrapper's plain enter/exit body.
+ * site's first calls, an NVTX tool, a profiler window, the GPU calibration) it hands to the
+ * same Python methods the Python body calls, or to `generic`, the wrapper's plain enter/exit
+ * body; the CUDA events' bookkeeping after the calibration is in C (_native_gpu.c).
  * A failure in its bookkeeping calls the recorder's `fail` (which disables recording and says
  * so once); the program's call and its exception are never touched.
  */
@@ -30,7 +31,7 @@
 
 static PyObject *s_active, *s_nvtx, *s_profile, *s_info, *s_is_compiling, *s_compiler,
     *s_flag, *s_cuda, *s_initialized, *s_capturing, *s_loc, *s_ts, *s_thread, *s_cycle,
-    *s_next_seq, *s_gpu_begin, *s_gpu_end, *s_accept, *s_rows, *s_flush_bytes, *s_flush_ns,
+    *s_next_seq, *s_accept, *s_rows, *s_flush_bytes, *s_flush_ns,
     *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key;
 
 static int intern_names(void) {
@@ -39,8 +40,7 @@ static int intern_names(void) {
     I(s_is_compiling, "_is_compiling"); I(s_compiler, "_compiler");
     I(s_flag, "_is_compiling_flag"); I(s_cuda, "_cuda"); I(s_initialized, "_initialized");
     I(s_capturing, "_capturing"); I(s_loc, "_loc"); I(s_ts, "ts"); I(s_thread, "_thread");
-    I(s_cycle, "cycle"); I(s_next_seq, "_next_seq"); I(s_gpu_begin, "_gpu_begin");
-    I(s_gpu_end, "_gpu_end"); I(s_accept, "_accept"); I(s_rows, "_rows");
+    I(s_cycle, "cycle"); I(s_next_seq, "_next_seq"); I(s_accept, "_accept"); I(s_rows, "_rows");
     I(s_flush_bytes, "_flush_bytes"); I(s_flush_ns, "_flush_ns");
     I(s_last_flush, "_last_flush"); I(s_flush, "_flush_due"); I(s_fail, "fail");
     I(s_probe_torch, "_probe_torch"); I(s_torch, "torch");
@@ -331,11 +331,9 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     Py_DECREF(seq);
     if (e->seq == -1 && PyErr_Occurred()) return -1;
     e->rep0 = ts->replays;
-    if (cuda_on && depth == 0) {
-        PyObject *ev = PyObject_CallMethodOneArg(self->rec, s_gpu_begin, tso);
-        if (!ev) return -1;
-        if (ev == Py_None) Py_DECREF(ev); else e->ev = ev;
-    }
+    if (cuda_on && depth == 0 &&
+        gpu_begin(self->rec, d, ts, e->cycle, self->clock_offset, &e->ev) < 0)
+        return -1;
     e->start = now_ns(self->clock_offset);
     return 0;
 }
@@ -370,12 +368,7 @@ static int pack_row(PyObject *rows, long code, long long cycle, long depth, long
 static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
     long long end = now_ns(self->clock_offset);
     TState *ts = e->ts;
-    if (e->ev) {
-        PyObject *r = PyObject_CallMethod(self->rec, "_gpu_end", "OLOL", (PyObject *)ts, e->seq,
-                                          e->ev, e->cycle);
-        if (!r) return -1;
-        Py_DECREF(r);
-    }
+    if (e->ev && gpu_end(d, ts, e->seq, e->ev, e->cycle, self->clock_offset) < 0) return -1;
     PyObject *stack = ts->stack;
     if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
     Py_ssize_t n = PyList_GET_SIZE(stack);

@@ -35,7 +35,8 @@ else:
     from tracekit.collectors.recording.state import now_ns as _time_ns
 
 # Two adjacent top-level phases share one CUDA event at their boundary when the second starts
-# at most this long (host time) after the first's end event was recorded (see _gpu_begin).
+# at most this long (host time) after the first's end event was recorded (see _gpu_begin); the
+# default of RecorderConfig.share_gap_ns.
 SHARE_GAP_NS = 20_000
 # how long the flush thread sleeps to hand the GIL to a waiting program thread (`_yield_gil`)
 YIELD_S = 50e-6
@@ -103,7 +104,11 @@ def sampled(key: int, every: int) -> bool:
 
 
 class GpuEvents(RecorderState):
-    """Start and end events of the GPU-timed calls, and their resolution into GPU times."""
+    """Start and end events of the GPU-timed calls, and their resolution into GPU times.
+
+    The native hot path does what `_gpu_begin` / `_gpu_end` / `_gpu_mark` do after the
+    calibration in C (`_native_gpu.c`), on the same attributes in the same order; it calls
+    `_gpu_begin` for the calibration and for sampled calls outside every cycle."""
 
     def _gpu_begin(self, ts: ThreadState) -> Any:
         """The start event of a top-level phase call, or None when the call is not GPU-timed."""
@@ -120,7 +125,7 @@ class GpuEvents(RecorderState):
         bound = ts.bound
         if bound is not None:
             ev, cycle, after_ns = bound
-            if cycle == self.cycle and _time_ns() - after_ns <= SHARE_GAP_NS:
+            if cycle == self.cycle and _time_ns() - after_ns <= self._share_gap_ns:
                 return ev  # stays in _bound_ids until this call's pending entry exists
             self._drop_bound(ts)
         return self._gpu_mark()

@@ -150,6 +150,7 @@ class RecorderState:
         self._event_pool: list[Any] = []
         self._new_event: Callable[[], Any] | None = None  # set at the GPU calibration
         self._gpu_every = max(1, int(config.gpu_sample))
+        self._share_gap_ns = int(config.share_gap_ns)
         self._loose = 0  # top-level calls outside every cycle so far (sampling without cycles)
         self._bound_ids: set[int] = set()  # id() of events held by a thread's boundary slot
         self.events_recorded = 0  # CUDA event records (calibration excluded)

@@ -112,11 +112,10 @@ def _rows(rec: Recorder) -> list[dict[str, Any]]:
 
 
 def _per_cycle_events(
-    tmp_path: Path, cycles: int, gap_ns: int, monkeypatch: pytest.MonkeyPatch, **kw: Any
+    tmp_path: Path, cycles: int, gap_ns: int, **kw: Any
 ) -> tuple[FakeCuda, Recorder]:
-    monkeypatch.setattr(gpu_events, "SHARE_GAP_NS", gap_ns)
     cuda = FakeCuda()
-    rec = _recorder(tmp_path, cuda, flush_records=5, **kw)
+    rec = _recorder(tmp_path, cuda, flush_records=5, share_gap_ns=gap_ns, **kw)
     step = _spec_program(rec)
     step()  # first cycle: site registration, calibration (one reference event)
     before = cuda.records
@@ -127,10 +126,10 @@ def _per_cycle_events(
     return cuda, rec
 
 
-def test_one_event_per_phase_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_event_per_phase_boundary(tmp_path: Path) -> None:
     # GIVEN cycles of draft, verify (2 nested allreduce) and draft_extend, adjacent on the host
     # WHEN 10 cycles run after the first
-    cuda, rec = _per_cycle_events(tmp_path, 10, 10**9, monkeypatch)
+    cuda, rec = _per_cycle_events(tmp_path, 10, 10**9)
     # THEN each cycle records 4 events (start of draft, draft|verify, verify|draft_extend, end
     # of draft_extend), not 8 (2 a top-level phase, 2 for the cycle target)
     assert cuda.records == 10 * 4
@@ -150,9 +149,9 @@ def test_one_event_per_phase_boundary(tmp_path: Path, monkeypatch: pytest.Monkey
     assert cuda.created < 20
 
 
-def test_no_sharing_past_the_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_sharing_past_the_gap(tmp_path: Path) -> None:
     # GIVEN a share gap of -1 ns (never share) WHEN 10 cycles run
-    cuda, rec = _per_cycle_events(tmp_path, 10, -1, monkeypatch)
+    cuda, rec = _per_cycle_events(tmp_path, 10, -1)
     # THEN 2 events a top-level phase, still none for the cycle target: 6 a cycle
     assert cuda.records == 10 * 6
     tops = [r for r in _rows(rec) if r["kind"] == "phase" and r["depth"] == 0]
@@ -161,9 +160,9 @@ def test_no_sharing_past_the_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert d["gpu_end_ns"] < v["gpu_start_ns"]
 
 
-def test_gpu_sample_times_one_cycle_in_n(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_sample_times_one_cycle_in_n(tmp_path: Path) -> None:
     # GIVEN --gpu-sample 4 WHEN cycles 0..8 run (the first, then 8 more)
-    cuda, rec = _per_cycle_events(tmp_path, 8, 10**9, monkeypatch, gpu_sample=4)
+    cuda, rec = _per_cycle_events(tmp_path, 8, 10**9, gpu_sample=4)
     # THEN only the cycles the rule picks have CUDA events: {c / phi} < 1/4 for c = 0, 2, 5
     # (0.618 x 2 = 1.236, fraction 0.236; x 5 = 3.090, fraction 0.090), 4 events each
     # (cycle 0 was before the count)
@@ -221,14 +220,11 @@ def test_the_sampling_rule_is_one_in_n_without_a_period() -> None:
     assert gpu_events.sampled(12345, 1)
 
 
-def test_shared_event_is_not_reused_while_held(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_shared_event_is_not_reused_while_held(tmp_path: Path) -> None:
     # GIVEN a flush (which resolves events and returns them to the pool) inside verify, while
     # draft's end event is still verify's start
-    monkeypatch.setattr(gpu_events, "SHARE_GAP_NS", 10**9)
     cuda = FakeCuda()
-    rec = _recorder(tmp_path, cuda, flush_records=1)
+    rec = _recorder(tmp_path, cuda, flush_records=1, share_gap_ns=10**9)
 
     def flush_and_wait() -> None:
         rec.flush()
@@ -247,11 +243,8 @@ def test_shared_event_is_not_reused_while_held(
         assert v["gpu_end_ns"] - v["gpu_start_ns"] >= 2_000_000
 
 
-def test_inlined_and_generic_paths_record_the_same_events(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_inlined_and_generic_paths_record_the_same_events(tmp_path: Path) -> None:
     # GIVEN the same program through the inlined path and through plain enter/exit hooks
-    monkeypatch.setattr(gpu_events, "SHARE_GAP_NS", 10**9)
 
     class Plain:
         def __init__(self, rec: Recorder) -> None:
@@ -264,7 +257,7 @@ def test_inlined_and_generic_paths_record_the_same_events(
     counts = []
     for name, wrap in (("inl", lambda r: r), ("gen", Plain)):
         cuda = FakeCuda()
-        rec = _recorder(tmp_path / name, cuda, gpu_sample=2)
+        rec = _recorder(tmp_path / name, cuda, gpu_sample=2, share_gap_ns=10**9)
         step = _spec_program(wrap(rec))
         for _ in range(6):
             step()
@@ -360,20 +353,19 @@ def test_spans_keep_their_precision_with_an_old_reference(tmp_path: Path) -> Non
     ref.t -= 3600 * 10**9
     rec._gpu_ref = (ref, ref_ns - 3600 * 10**9)
     events: list[tuple[int, int]] = []
-    orig = rec._gpu_end
 
-    def gpu_end(ts: Any, seq: int, ev: Any, cycle: int) -> None:
-        orig(ts, seq, ev, cycle)
-        events.append((ev.t, rec._gpu_pending[-1][2].t))
+    def timed_call() -> None:  # the call, and its two events' device times
+        call()
+        _seq, ev0, ev1 = rec._gpu_pending[-1]
+        events.append((ev0.t, ev1.t))
 
-    rec._gpu_end = gpu_end  # type: ignore[method-assign]
     # WHEN calls are resolved in two flushes
     for _ in range(3):
-        call()
+        timed_call()
     rec.flush()
     first_ref = rec._gpu_ref[0]  # type: ignore[index]
     for _ in range(3):
-        call()
+        timed_call()
     rec.close()
     # THEN every span is the events' own difference to the microsecond (float32 of 1.3 ms),
     # where one measured from the old reference would step by 0.25 ms

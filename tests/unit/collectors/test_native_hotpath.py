@@ -288,6 +288,41 @@ def test_driver_events_fall_back_to_torch_where_the_driver_is_missing(tmp_path: 
     rec.close()
 
 
+@needs_native
+def test_the_native_path_keeps_the_event_bookkeeping_in_c(tmp_path: Path) -> None:
+    # GIVEN the demo-shaped cycle (draft, verify, draft_extend) on a fake CUDA device, with
+    # the Python event methods counted
+    from tests.unit.collectors import test_collectors_gpu_events as gpu_test
+
+    cuda = gpu_test.FakeCuda()
+    rec = gpu_test._recorder(tmp_path, cuda, share_gap_ns=10**9)
+    calls = {"begin": 0, "end": 0}
+    begin, end = rec._gpu_begin, rec._gpu_end
+
+    def counted_begin(*args: Any) -> Any:
+        calls["begin"] += 1
+        return begin(*args)
+
+    def counted_end(*args: Any) -> None:
+        calls["end"] += 1
+        end(*args)
+
+    rec._gpu_begin = counted_begin  # type: ignore[method-assign]
+    rec._gpu_end = counted_end  # type: ignore[method-assign]
+    step = gpu_test._spec_program(rec)
+    for _ in range(2):  # a site's first two calls go through `generic` (registration)
+        step()
+    before = dict(calls)
+    records = cuda.records
+    # WHEN 5 more cycles run
+    for _ in range(5):
+        step()
+    rec.close()
+    # THEN their 4 events a cycle were recorded without a call into the Python methods
+    assert cuda.records - records == 5 * 4
+    assert calls == before
+
+
 def test_a_missing_extension_is_said_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN an install where the extension did not load (no compiler at install)
     monkeypatch.setattr(native, "NATIVE", None)
