@@ -62,6 +62,8 @@ PATHS: dict[str, list[str]] = {
     "compiled": ["--compile"],
 }
 WARMUP_CYCLES = 5
+# the recorder's flush interval and batch size (collectors/runtime.py) past any A/B run's length
+NO_FLUSH_ENV = {"TRACEKIT_FLUSH_SECONDS": "100000", "TRACEKIT_FLUSH_RECORDS": "100000000"}
 
 
 def _overhead_ab() -> Any:
@@ -136,6 +138,7 @@ class Bench:
         ab_blocks: int = 0,
         env: dict[str, str] | None = None,
         profile: bool = False,
+        program_env: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         a = self.a
         result = self.work / f"{name}.json"
@@ -150,6 +153,8 @@ class Bench:
         ]  # fmt: skip
         if ab_blocks:
             demo += ["--ab-blocks", str(ab_blocks)]
+        if program_env:  # set inside the launched program: the launcher's own values yield
+            demo = ["env", *(f"{k}={v}" for k, v in program_env.items()), *demo]
         cmd = [
             sys.executable, "-m", "tracekit", "launch", "--mode", "light", "--gpu-sample",
             str(gpu_sample), "--out", str(self.work), "--name", name, "--no-merge", "--", *demo,
@@ -214,7 +219,12 @@ class Bench:
         self.log(f"micro: {json.dumps(self.results['micro'])}")
 
     def ab(
-        self, key: str, gpu_sample: int, env: dict[str, str] | None = None, profile: bool = False
+        self,
+        key: str,
+        gpu_sample: int,
+        env: dict[str, str] | None = None,
+        profile: bool = False,
+        program_env: dict[str, str] | None = None,
     ) -> None:
         a = self.a
         ab = _overhead_ab()
@@ -224,7 +234,7 @@ class Bench:
                 return
             data = self.demo(
                 f"{key}_{path}", path, cycles=a.ab_cycles, gpu_sample=gpu_sample,
-                ab_blocks=a.ab_block, env=env, profile=profile,
+                ab_blocks=a.ab_block, env=env, profile=profile, program_env=program_env,
             )  # fmt: skip
             if data is None:
                 out[path] = {"error": "run failed"}
@@ -670,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
         ("ab", lambda: b.ab("ab", 1), 60.0),
         ("abtorch", lambda: b.ab("abtorch", 1, {"TRACEKIT_GPU_EVENTS": "torch"}), 60.0),
         ("abnoev", lambda: b.ab("abnoev", 1_000_000), 60.0),  # no CUDA events after cycle 0
+        # no flush while the cycles run (the rows wait in the buffer for the exit's flush)
+        ("abnoflush", lambda: b.ab("abnoflush", 1, program_env=NO_FLUSH_ENV), 60.0),
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
         ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
         ("sampling", b.sampling, 60.0),
