@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 HF = HERE / "hf_static_compile.py"
 TRACED_KINDS = (
     "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
-    "assisted", "assisted8",
+    "assisted", "assisted8", "every", "assisted1",
 )  # fmt: skip
 AB_PROFILE = HERE / "ab_profile.py"
 
@@ -120,6 +120,7 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
             if kind in TRACED_KINDS:
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
                 extra += ["--gpu-sample", "8"] if kind in ("sample8", "assisted8") else []
+                extra += ["--gpu-sample", "1"] if kind in ("every", "assisted1") else []
                 extra += ["--gpu-sample", "1000000"] if kind == "noevents" else []
                 extra += ["--flush-interval", "600"] if kind == "noflush" else []
                 cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
@@ -144,15 +145,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--kinds",
         default="alone,traced",
-        help="HF runs of each round, in order (reversed every other round): alone, traced, "
+        help="HF runs of each round, in order (reversed every other round): alone, traced "
+        "(launch's defaults: --gpu-sample 8 since 2026-12-02), every (traced, --gpu-sample 1), "
         "disabled (under launch with TRACEKIT_DISABLE=1), nonvml (traced, launched with --no-nvml), "
         "sample8 (traced, --gpu-sample 8), noevents (traced, --gpu-sample 1000000: no CUDA "
         "event after the first cycle), torchevents (traced, TRACEKIT_GPU_EVENTS=torch), noflush "
         "(traced, flush interval 600 s and the batch raised past the run: no flush, so no event "
         "resolution on the flush thread, while the generates run), profile (traced, the program's "
         "thread under cProfile split by recording state: bench/ab_profile.py), assisted / "
-        "assisted8 (HF assisted generation, eager, a 1-layer draft; traced with its map, "
-        "--gpu-sample 1 / 8)",
+        "assisted1 / assisted8 (HF assisted generation, eager, a 1-layer draft; traced with its "
+        "map, the defaults / --gpu-sample 1 / 8)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

@@ -116,6 +116,8 @@ class Suite:
                 "launch",
                 "--mode",
                 mode.replace("off", "light"),
+                "--gpu-sample",  # every cycle timed, as the committed sample traces
+                "1",
             ]
             if profile:
                 launch += ["--profile-cycles", profile]

@@ -22,6 +22,7 @@ from tracekit.collectors import phasemap
 from tracekit.collectors.importhook import PostImportHook
 from tracekit.collectors.recorder import EXIT_DEADLINE_S, Mode, Recorder, RecorderConfig
 from tracekit.collectors.recording import native
+from tracekit.collectors.recording.gpu import DEFAULT_GPU_SAMPLE
 from tracekit.collectors.redact import redact_argv
 from tracekit.collectors.segments import RetentionPolicy
 from tracekit.collectors.wrappers import install, resolve_owner
@@ -225,7 +226,7 @@ def _recorder(raw: Path, pmap: phasemap.PhaseMap, via: str) -> Recorder:
             segment_bytes=_int_env(ENV_SEGMENT_BYTES, 0),
             segment_seconds=_float_env(ENV_SEGMENT_SECONDS, 0.0),
         ),
-        gpu_sample=max(1, _int_env(ENV_GPU_SAMPLE, 1)),
+        gpu_sample=max(1, _int_env(ENV_GPU_SAMPLE, DEFAULT_GPU_SAMPLE)),
         driver_events=os.environ.get(ENV_GPU_EVENTS, "").strip().lower() != "torch",
     )
     rec = Recorder(config)

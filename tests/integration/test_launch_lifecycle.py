@@ -563,7 +563,10 @@ def test_exit_within_one_deadline_whatever_the_backend_does(prog: Path, mode: st
     assert plain.returncode == 0, plain.stderr  # without tracekit it exits at once
     # WHEN it runs under launch with an exit deadline of 1.5 s
     res = subprocess.run(
-        _launch_cmd("--no-merge", "--flush-interval", "0.2", "--", sys.executable, "exiting.py", mode),
+        _launch_cmd(
+            "--no-merge", "--flush-interval", "0.2", "--gpu-sample", "1", "--",
+            sys.executable, "exiting.py", mode,
+        ),  # every cycle GPU-timed (the default times one in 8)
         cwd=prog, env=_env(TRACEKIT_EXIT_DEADLINE_S="1.5"), capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip

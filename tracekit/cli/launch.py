@@ -99,12 +99,12 @@ if TYPE_CHECKING:
 @click.option(
     "--gpu-sample",
     type=click.IntRange(min=1),
-    default=1,
+    default=8,  # collectors/recording/gpu.py DEFAULT_GPU_SAMPLE (a test keeps them equal)
     show_default=True,
     metavar="N",
-    help="CUDA events on one cycle in N only (CPU clocks on all): light mode's per-call "
-    "cost on CUDA is mostly event records. Breakdowns of the other cycles use CPU times "
-    "(`gpu_timed` false); per-phase statistics come from the timed cycles.",
+    help="CUDA events on one cycle in N only (CPU clocks on all; 1: every cycle, for short "
+    "runs): light mode's per-call cost on CUDA is mostly the events. Breakdowns of the other "
+    "cycles use CPU times (`gpu_timed` false); per-phase statistics come from the timed cycles.",
 )
 @click.option(
     "--no-nvml",

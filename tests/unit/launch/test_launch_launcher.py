@@ -144,3 +144,20 @@ def test_process_watcher_sees_this_process() -> None:
     # another session's watcher does not see it
     other = ProcessWatcher(-1)
     assert os.getpid() not in other.scan()
+
+
+def test_the_gpu_sample_default_is_one_cycle_in_eight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN `tracekit launch` with no --gpu-sample, and a rank whose environment has none
+    import click
+
+    from tracekit.cli import cli
+    from tracekit.collectors.recording.gpu import DEFAULT_GPU_SAMPLE
+
+    launch = cli.get_command(click.Context(cli), "launch")
+    assert launch is not None
+    option = next(p for p in launch.params if p.name == "gpu_sample")
+    monkeypatch.delenv(rt.ENV_GPU_SAMPLE, raising=False)
+    # THEN the CLI's default, the rank's default and the constant are one number: 8
+    assert DEFAULT_GPU_SAMPLE == 8
+    assert option.default == DEFAULT_GPU_SAMPLE
+    assert rt._int_env(rt.ENV_GPU_SAMPLE, DEFAULT_GPU_SAMPLE) == 8
