@@ -22,7 +22,8 @@ thread (a bare `Recorder`), or with 8 batches waiting, the program's thread flus
 itself. Also on SIGTERM / SIGINT (runtime), and at process exit. `process.json`'s `flush_cost`
 says what the flushes cost (CPU and wall ms, the longest, how many ran on the program's threads). A process killed with SIGKILL loses at most the last flush
 interval; the stream stays readable up to the last complete batch. A flush from the program's
-own threads never waits for the lock (another thread flushing: it returns at once); the timer
+own threads never waits for the lock (another thread flushing: it returns at once, and its
+thread's batch test holds again a batch later, not at each exit until that flush ends); the timer
 thread and the exit wait for it within bounds. `process.json` is rewritten at each flush that
 wrote records, so its record count is the count on disk.
 

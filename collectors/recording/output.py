@@ -112,7 +112,8 @@ class Output(GpuEvents):
         interval passed). With the flush thread running it is woken and the program's thread
         goes on: the event resolution, the write and process.json happen on that thread, off
         the program's path. Without it, or with 8 batches waiting (the thread fell behind), the
-        flush happens here, as before."""
+        flush happens here, as before; while another thread's flush holds the lock, the test
+        holds again a batch later, not at the next exit."""
         batch = self._flush_n * _ROW.size
         wake = self._wake
         if self._timer_alive and wake is not None and len(self._rows) < 8 * batch:
@@ -124,7 +125,11 @@ class Output(GpuEvents):
                 self._last_flush = time.time_ns()
                 wake.set()
             return
-        self.flush()
+        if not self.flush():
+            # another thread's flush is under way (the flush thread's, which waits up to a GIL
+            # switch interval at each of its steps while this thread runs): without this, every
+            # outermost exit until it ends would call here and fail to take the lock
+            self._flush_bytes = len(self._rows) + batch
 
     def _timer_loop(self, stop: threading.Event, wake: Doorbell) -> None:
         """Flush each period (and when woken); until torch.distributed gives a rank, read it
@@ -230,6 +235,8 @@ class Output(GpuEvents):
             self._yielding = False
             self._flush_owner = 0
             self._count_flush(time.thread_time_ns() - cpu0, time.perf_counter_ns() - wall0)
+            # the hot path's batch test as before any `_flush_due` raised it past this flush
+            self._flush_bytes = self._flush_n * _ROW.size * (8 if self._wake_sent else 1)
             lock.release()
         if not final and self.active:
             self._after_flush(timer=timer)

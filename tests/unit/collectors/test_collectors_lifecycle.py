@@ -22,6 +22,7 @@ from tracekit.collectors.wrappers import make_wrapper
 from tracekit.store.raw.files import PROCESS_FILE, RECORDS_FILE
 from tracekit.store.raw.ipc import read_stream
 from tracekit.store.raw.records import read_records
+from tracekit.store.raw.schema import ROW
 
 
 def _disk(rec: Recorder) -> list[dict[str, Any]]:
@@ -295,6 +296,51 @@ def test_the_programs_thread_flushes_when_the_flush_thread_falls_8_batches_behin
     assert len(rec._rows) < 8 * rec._flush_bytes
     rec.close()
     assert len(_disk(rec)) == 243
+
+
+def test_past_8_batches_the_program_tries_the_lock_once_a_batch_while_a_flush_runs(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the flush thread deaf to its doorbell, and another thread inside a flush (it holds
+    # the recorder's lock: the flush thread waiting for the GIL between the steps of its flush)
+    rec, step = _handoff_recorder(tmp_path)
+    assert rec._wake is not None
+    rec._wake.set = lambda: None  # type: ignore[method-assign]
+    step()  # the sites' first calls (they take the lock too)
+    held, release = threading.Event(), threading.Event()
+
+    def flushing() -> None:
+        with rec._lock:
+            held.set()
+            release.wait(10)
+
+    other = threading.Thread(target=flushing)
+    other.start()
+    assert held.wait(5)
+    tries: list[int] = []
+    flush = rec.flush
+
+    def spy(**kw: Any) -> bool:
+        tries.append(len(rec._rows))
+        return flush(**kw)
+
+    rec.flush = spy  # type: ignore[method-assign]
+    # WHEN the program records 8 batches and 20 cycles more (30 records a batch, 3 a cycle)
+    for _ in range(99):
+        step()
+    # THEN it tried the lock at 8 batches and once a batch after (not at each cycle's exit),
+    # and wrote nothing meanwhile
+    assert tries == [240 * ROW.size, 270 * ROW.size, 300 * ROW.size]
+    assert rec._rows_written == 0
+    # and once that flush ended, the next try (a batch later) flushed as before
+    release.set()
+    other.join()
+    for _ in range(10):
+        step()
+    assert len(tries) == 4
+    assert len(_disk(rec)) == 330
+    rec.close()
+    assert len(_disk(rec)) == 330
 
 
 def test_a_paused_recorders_flush_thread_sleeps_whole_periods(tmp_path: Path) -> None:
