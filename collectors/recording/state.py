@@ -149,8 +149,7 @@ class RecorderState:
         self._ts_type: Any = ThreadState if self._native is None else self._native.ThreadState
         self._event_pool: list[Any] = []
         self._new_event: Callable[[], Any] | None = None  # set at the GPU calibration
-        self._gpu_every = max(1, int(config.gpu_sample))
-        self._share_gap_ns = int(config.share_gap_ns)
+        self._gpu_every, self._share_gap_ns = max(1, config.gpu_sample), config.share_gap_ns
         self._loose = 0  # top-level calls outside every cycle so far (sampling without cycles)
         self._bound_ids: set[int] = set()  # id() of events held by a thread's boundary slot
         self.events_recorded = 0  # CUDA event records (calibration excluded)
