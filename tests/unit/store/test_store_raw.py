@@ -174,6 +174,26 @@ def test_packed_rows_written_and_read_back_are_the_same_records(tmp_path: Path) 
     ]
 
 
+def test_gpu_times_join_their_rows_by_the_call_number() -> None:
+    # GIVEN rows of calls 3, 5 (its phase row and its cycle row, -5) and 9, and resolved GPU
+    # times for calls 5 and 9 and for call 12, whose row is not in this batch
+    nan = float("nan")
+    rows = _packed(
+        (0, 0, 0, -1, 1, 3, 10, 20, 0, nan, True),
+        (0, 0, 0, -1, 1, 5, 30, 40, 0, nan, True),
+        (1, 0, 0, -1, 1, -5, 30, 40, 0, 2.0, True),
+        (0, 1, 0, -1, 1, 9, 50, 60, 0, nan, True),
+    )
+    gpu = {12: (900, 990), 9: (500, 600), 5: (300, 400)}
+    # WHEN encoded
+    batch = pa.ipc.read_record_batch(pa.py_buffer(encode_rows(rows, gpu)), raw_schema())
+    # THEN each row has its call's times (both rows of call 5), none for call 3, and only the
+    # times of the call not in the batch stay behind for the next flush
+    assert batch.column("gpu_start_ns").to_pylist() == [None, 300, 300, 500]
+    assert batch.column("gpu_end_ns").to_pylist() == [None, 400, 400, 600]
+    assert gpu == {12: (900, 990)}
+
+
 def test_a_writer_that_died_leaves_the_batches_it_wrote(tmp_path: Path) -> None:
     # GIVEN a stream closed without its end marker (the process died between flushes), and a
     # second batch cut in its middle (it died inside the write)
