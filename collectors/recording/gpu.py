@@ -89,10 +89,11 @@ def relaxed_capture() -> Iterator[None]:
 
 
 # `tracekit launch`'s default `--gpu-sample` (the ranks' `TRACEKIT_GPU_SAMPLE` when unset): CUDA
-# events on one cycle in 8. On the H200 every cycle's events cost a compiled HF generate +2.9%
-# and one in 8 +1.2%, and the medians of the timed cycles stay within about 1% of all cycles'
-# (docs/BENCHMARKS.md, "fifth session"; DEFINITIONS.md "Sampling"). A bare `Recorder` times
-# every cycle (RecorderConfig.gpu_sample = 1).
+# events on one cycle in 8. On the H200 every cycle's events cost a compiled HF generate +2.7
+# to +2.9% and one in 8 +1.2 to +1.9% (+1.5% over four processes), and the medians of the
+# timed cycles stay within about 1% of all cycles' (docs/BENCHMARKS.md, "fifth and sixth
+# sessions"; DEFINITIONS.md "Sampling"). A bare `Recorder` times every cycle
+# (RecorderConfig.gpu_sample = 1).
 DEFAULT_GPU_SAMPLE = 8
 
 # 2**32 / the golden ratio: cycle c is sampled when the fraction of c / phi falls in the
