@@ -36,6 +36,9 @@ TRACED_KINDS = (
     "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
     "assisted", "assisted8", "every", "assisted1",
 )  # fmt: skip
+# kinds that set --gpu-sample (the others: launch's default); noevents: no CUDA event after
+# the first cycle
+GPU_SAMPLE = {"sample8": 8, "assisted8": 8, "every": 1, "assisted1": 1, "noevents": 1_000_000}
 AB_PROFILE = HERE / "ab_profile.py"
 
 
@@ -119,9 +122,8 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
                 cmd = [cmd[0], str(AB_PROFILE), "--out", str(out / f"prof-{i}"), "--", *cmd]
             if kind in TRACED_KINDS:
                 extra = ["--phases", str(phases)] + (["--no-nvml"] if kind == "nonvml" else [])
-                extra += ["--gpu-sample", "8"] if kind in ("sample8", "assisted8") else []
-                extra += ["--gpu-sample", "1"] if kind in ("every", "assisted1") else []
-                extra += ["--gpu-sample", "1000000"] if kind == "noevents" else []
+                if kind in GPU_SAMPLE:
+                    extra += ["--gpu-sample", str(GPU_SAMPLE[kind])]
                 extra += ["--flush-interval", "600"] if kind == "noflush" else []
                 cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
             elif kind != "alone":

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tracekit.collectors.segments import SegmentLog
-from tracekit.store.raw.schema import ROW as _ROW
 
 if TYPE_CHECKING:  # mypy checks collectors/ as `collectors` (mapped at install)
     from tracekit.collectors.recording.output import Output
@@ -174,7 +173,7 @@ class Lifecycle(Output):
             self._wake = None
         self._flush_asked = 0
         self._wake_sent = False
-        self._flush_bytes = self._flush_n * _ROW.size
+        self._rearm_flush_test()
         self._exit_thread, self._exit_done = None, None
         self._loc = threading.local()
         self._rows_written = 0

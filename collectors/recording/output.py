@@ -121,7 +121,7 @@ class Output(GpuEvents):
                 self._wake_sent = True
                 # until the flush thread has run (it may wait a GIL switch interval, 5 ms, for
                 # its turn), the hot path stops asking: its test holds again at 8 batches
-                self._flush_bytes = 8 * batch
+                self._rearm_flush_test()
                 self._last_flush = time.time_ns()
                 wake.set()
             return
@@ -130,6 +130,11 @@ class Output(GpuEvents):
             # switch interval at each of its steps while this thread runs): without this, every
             # outermost exit until it ends would call here and fail to take the lock
             self._flush_bytes = len(self._rows) + batch
+
+    def _rearm_flush_test(self) -> None:
+        """The hot path's batch test (`_flush_bytes`): one batch, or 8 while a wake-up waits
+        for the flush thread."""
+        self._flush_bytes = self._flush_n * _ROW.size * (8 if self._wake_sent else 1)
 
     def _timer_loop(self, stop: threading.Event, wake: Doorbell) -> None:
         """Flush each period (and when woken); until torch.distributed gives a rank, read it
@@ -145,7 +150,7 @@ class Output(GpuEvents):
                 due = (self._last_flush + period_ns - time.time_ns()) / 1e9
                 woken = wake.wait(max(due, period / 20))
                 self._wake_sent = False
-                self._flush_bytes = self._flush_n * _ROW.size  # the hot path's test as before
+                self._rearm_flush_test()  # the hot path's test as before
                 if stop.is_set() or self._failed or self.finished or os.getpid() != pid:
                     return
                 if "dist_rank" not in self._rank_info and "torch.distributed" in sys.modules:
@@ -235,8 +240,7 @@ class Output(GpuEvents):
             self._yielding = False
             self._flush_owner = 0
             self._count_flush(time.thread_time_ns() - cpu0, time.perf_counter_ns() - wall0)
-            # the hot path's batch test as before any `_flush_due` raised it past this flush
-            self._flush_bytes = self._flush_n * _ROW.size * (8 if self._wake_sent else 1)
+            self._rearm_flush_test()  # as before any `_flush_due` raised it past this flush
             lock.release()
         if not final and self.active:
             self._after_flush(timer=timer)

@@ -146,7 +146,9 @@ def test_process_watcher_sees_this_process() -> None:
     assert os.getpid() not in other.scan()
 
 
-def test_the_gpu_sample_default_is_one_cycle_in_eight(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_gpu_sample_default_is_one_cycle_in_eight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # GIVEN `tracekit launch` with no --gpu-sample, and a rank whose environment has none
     import click
 
@@ -160,4 +162,10 @@ def test_the_gpu_sample_default_is_one_cycle_in_eight(monkeypatch: pytest.Monkey
     # THEN the CLI's default, the rank's default and the constant are one number: 8
     assert DEFAULT_GPU_SAMPLE == 8
     assert option.default == DEFAULT_GPU_SAMPLE
-    assert rt._int_env(rt.ENV_GPU_SAMPLE, DEFAULT_GPU_SAMPLE) == 8
+    rec = rt._recorder(
+        tmp_path, pm.parse('[[phase]]\nname = "verify"\ntargets = ["m:f"]\n'), "test"
+    )
+    try:
+        assert rec.config.gpu_sample == 8  # the recorder a rank makes from its environment
+    finally:
+        rec.close()
