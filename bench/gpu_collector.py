@@ -15,17 +15,21 @@ In order, each part written out before the next starts (the budget skips what do
    `--gpu-sample 8`, with driver-API events, and on the Python path, per wrapped call; a nested
    phase (native, Python); the inactive wrapper; one `torch.cuda.Event.record` against one
    driver-API `CudaEvent.record`, the capture check, and one span timed both ways.
-2. `ab`: each demo path (baseline decode graph, verify extend, verify graph) under
+2. `ab`: each demo path (baseline decode graph, verify extend, verify graph), every cycle
+   GPU-timed (`--gpu-sample 1`; the default is 8: `ab8`), under
    `tracekit launch --no-merge` with `python -m tracekit.demo --ab-blocks B`: recording off and
    on in ABBA blocks inside one process; light mode's cost in % of the cycle with 95%
    intervals (bench/overhead_ab.py).
 3. `abtorch`: part 2 with torch's CUDA events (`TRACEKIT_GPU_EVENTS=torch`; driver-API events
    are the default); `abnoev`: part 2 with `--gpu-sample 1000000` (CPU clocks only after the
-   first cycle: what the CUDA events cost); `ab8`: part 2
+   first cycle: what the CUDA events cost); `abnoflush`: part 2 with no flush while the
+   cycles run; `abbare`: neither events nor flush (the hot path alone); `ab8`: part 2
    with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`);
    `abprof` (last): part 2 with the demo's thread under cProfile, one profile for the "on"
    blocks and one for the "off" (bench/ab_profile.py; OUT/prof_abprof_PATH/diff.json): which
-   functions run only while recording, and how often.
+   functions run only while recording, and how often. Beside each A/B: on minus off in µs
+   a step of the wall time, of the demo thread's CPU time and of garbage collection
+   (`diff_step_ms`, `diff_step_cpu_ms`, `diff_step_gc_ms`; `overhead_ab.step_difference`).
 4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
    raw records (pyarrow only: no merge, no polars), sampled / unsampled - 1; and, inside the
@@ -251,6 +255,11 @@ class Bench:
                     out[path]["median_stat"] = [med.cost_pct, med.t_lo_pct, med.t_hi_pct]
                     out[path]["step_ms"] = data.get("step_ms")
                     out[path]["after_prefill"] = data.get("after_prefill")
+                    out[path]["step_cpu_ms"] = data.get("step_cpu_ms")
+                    out[path]["step_gc_ms"] = data.get("step_gc_ms")
+                    # on - off a step, µs: wall, the thread's CPU, garbage collection
+                    for series in ("step_ms", "step_cpu_ms", "step_gc_ms"):
+                        out[path][f"diff_{series}"] = ab.step_difference(data, series)
                 except ValueError as exc:
                     out[path] = {"error": str(exc)}
             self.save()
@@ -682,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
         ("abnoev", lambda: b.ab("abnoev", 1_000_000), 60.0),  # no CUDA events after cycle 0
         # no flush while the cycles run (the rows wait in the buffer for the exit's flush)
         ("abnoflush", lambda: b.ab("abnoflush", 1, program_env=NO_FLUSH_ENV), 60.0),
+        # neither: the hot path alone (no CUDA event after cycle 0, no flush while it runs)
+        ("abbare", lambda: b.ab("abbare", 1_000_000, program_env=NO_FLUSH_ENV), 60.0),
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
         ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
         ("sampling", b.sampling, 60.0),

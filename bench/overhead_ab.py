@@ -176,6 +176,36 @@ def analyse(
     return interval(groups[skip:])
 
 
+def step_difference(
+    result: dict[str, Any], key: str, *, skip_groups: int = 1
+) -> dict[str, float] | None:
+    """On minus off of a per-step series of the demo result (`step_cpu_ms`: the step's thread
+    CPU time, `step_gc_ms`: its garbage collections; `step_ms`: its wall time), in µs a step:
+    the mean over ABBA groups of (mean of the on blocks - mean of the off blocks), with its
+    95% t-interval over groups, and the two states' means. None when the result lacks it.
+    Where the wall time grows and the thread's CPU time does not, the step waited (the GIL,
+    the driver, the device), it did not work."""
+    series = result.get(key)
+    on = result.get("ab_on")
+    if not series or not on:
+        return None
+    left_out = result.get("after_prefill")
+    bl = blocks(series, on, int(result.get("ab_blocks") or 0), "mean", left_out)
+    groups = group_ratios(bl, 0)
+    groups = groups[min(skip_groups, max(0, len(groups) - 2)) :]
+    d = [1e3 * (a - b) for a, b in groups]
+    out = {
+        "diff_us": statistics.fmean(d),
+        "on_us": 1e3 * statistics.fmean(a for a, _ in groups),
+        "off_us": 1e3 * statistics.fmean(b for _, b in groups),
+        "groups": float(len(d)),
+    }
+    if len(d) >= 2:
+        half = t975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+        out["lo_us"], out["hi_us"] = out["diff_us"] - half, out["diff_us"] + half
+    return out
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:+.2f}"
 

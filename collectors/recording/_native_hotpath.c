@@ -244,8 +244,10 @@ static PyObject *thread_state(PyObject *rec, PyObject *d) {
 }
 
 /* 1: torch.compile traces / exports, or the current stream captures a CUDA graph (pass
- * through); 0: record; -1: error. *cuda_on: CUDA is initialised. */
-static int bypass(PhaseCall *self, PyObject *d, int *cuda_on) {
+ * through); 0: record; -1: error. *cuda_on: CUDA is initialised. `nested`: a recorded phase
+ * call of this thread is open, so its stream was not capturing when that call started: no
+ * capture query (300-500 ns on the H200 host; DEFINITIONS.md, "Hot path"). */
+static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, int nested) {
     PyObject *comp = dget(d, s_is_compiling);
     if (!comp || comp == Py_None) {
         PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), s_torch);
@@ -272,7 +274,7 @@ static int bypass(PhaseCall *self, PyObject *d, int *cuda_on) {
     if (!r) return -1;
     *cuda_on = PyObject_IsTrue(r);
     Py_DECREF(r);
-    if (*cuda_on <= 0) return *cuda_on;
+    if (*cuda_on <= 0 || nested) return *cuda_on < 0 ? -1 : 0;
     /* the builtin behind torch.cuda.is_current_stream_capturing (the probe's), else that */
     PyObject *cap = dget(d, s_capturing);
     r = (cap && cap != Py_None) ? PyObject_CallNoArgs(cap)
@@ -293,8 +295,6 @@ typedef struct {
 /* The `enter` half; 0: recording (e filled), 1: pass through, -1: error. */
 static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     int cuda_on = 0;
-    int skip = bypass(self, d, &cuda_on);
-    if (skip) return skip;
     PyObject *tso = thread_state(self->rec, d);
     if (!tso) return -1;
     if (!Py_IS_TYPE(tso, &TStateType)) {
@@ -303,11 +303,16 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
         return -1;
     }
     TState *ts = (TState *)tso;
-    if (ts->internal) { Py_DECREF(tso); return 1; }
-    e->ts = ts; /* owned from here */
     PyObject *stack = ts->stack;
-    if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
+    if (!PyList_Check(stack)) {
+        Py_DECREF(tso);
+        PyErr_SetString(PyExc_TypeError, "stack is not a list");
+        return -1;
+    }
     Py_ssize_t depth = PyList_GET_SIZE(stack);
+    int skip = bypass(self, d, &cuda_on, depth > 0);
+    if (skip || ts->internal) { Py_DECREF(tso); return skip ? skip : 1; }
+    e->ts = ts; /* owned from here */
     e->depth = (int)depth;
     e->parent = -1;
     if (depth) {

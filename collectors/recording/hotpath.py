@@ -88,15 +88,16 @@ class HotPath(Lifecycle):
             if comp is not None:
                 if comp():
                     return None
-                cuda = self._cuda
-                cuda_on = cuda._initialized
-                if cuda_on and cuda.is_current_stream_capturing():
-                    return None
+                cuda_on = self._cuda._initialized
             try:
                 ts = self._loc.ts
             except AttributeError:
                 ts = self._thread()
             if ts.internal:
+                return None
+            stack = ts.stack
+            # no capture query inside a recorded call (DEFINITIONS.md, "Hot path")
+            if cuda_on and not stack and self._cuda.is_current_stream_capturing():
                 return None
             info = self._info.get(id(site))
             if info is None:
@@ -119,7 +120,6 @@ class HotPath(Lifecycle):
                     prof.cycle_start(self.cycle, target=True)  # counts; opens no range
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[ccode])
-            stack = ts.stack
             depth = len(stack)
             parent = -1
             if code >= 0:
@@ -324,24 +324,23 @@ def python_call(
             return generic(*args, **kwargs)
         ts: ThreadState | None = None  # -- enter
         try:
-            state = rec.capture_state()  # first: torch.compile traces this code too
+            ts = getattr(rec._loc, "ts", None) or rec._thread()
+            stack = ts.stack
+            state = rec.capture_state(bool(stack))  # torch.compile's tracing, CUDA capture
             cuda_on = state > 0
-            if state >= 0:
-                ts = getattr(rec._loc, "ts", None) or rec._thread()
-                if ts.internal:
-                    ts = None
-                else:
-                    stack = ts.stack
-                    depth = len(stack)
-                    parent = stack[-1] if depth else -1
-                    if not depth and starts_cycle and not ts.in_cycle:
-                        rec.cycle += 1
-                    stack.append(code)
-                    cycle = rec.cycle
-                    seq = next_seq()
-                    rep0 = ts.replays
-                    ev = rec._gpu_begin(ts) if cuda_on and depth == 0 else None
-                    start = _time_ns()
+            if state < 0 or ts.internal:
+                ts = None
+            else:
+                depth = len(stack)
+                parent = stack[-1] if depth else -1
+                if not depth and starts_cycle and not ts.in_cycle:
+                    rec.cycle += 1
+                stack.append(code)
+                cycle = rec.cycle
+                seq = next_seq()
+                rep0 = ts.replays
+                ev = rec._gpu_begin(ts) if cuda_on and depth == 0 else None
+                start = _time_ns()
         except Exception as exc:
             rec.fail("enter", exc)
             ts = None

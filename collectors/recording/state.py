@@ -234,10 +234,12 @@ class RecorderState:
         except AttributeError:  # torch is still importing
             self._is_compiling = None
 
-    def capture_state(self) -> int:
+    def capture_state(self, nested: bool = False) -> int:
         """-1 while torch.compile traces or the current stream captures a CUDA graph (the call
         passes through), 1 when CUDA is initialised (a top-level phase may take CUDA events),
-        else 0; the Python hot path's first check (the native one does it in C)."""
+        else 0; the Python hot path's first check (the native one does it in C). `nested`: a
+        recorded phase call of this thread is open, so the stream was not capturing when it
+        started: the capture query is left out (docs/DEFINITIONS.md, "Hot path")."""
         comp = self._is_compiling
         if comp is None:
             if "torch" not in sys.modules:
@@ -251,6 +253,8 @@ class RecorderState:
         cuda = self._cuda
         if not cuda._initialized:
             return 0
+        if nested:
+            return 1
         return -1 if cuda.is_current_stream_capturing() else 1
 
     def _thread(self) -> ThreadState:

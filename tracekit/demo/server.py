@@ -9,6 +9,8 @@ instruments the ranks from outside.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import random
@@ -46,6 +48,31 @@ def ab_schedule(cycles: int, block: int) -> list[bool]:
     if block <= 0:
         return [True] * cycles
     return [(i // block) % 4 in (0, 3) for i in range(cycles)]
+
+
+class GcClock:
+    """Time the interpreter spends in garbage collections, from `gc.callbacks` (the A/B
+    blocks' `step_gc_ms`: a collection in a step is the program's, whichever side its
+    allocations came from)."""
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self.collections = 0
+        self._t0 = 0.0
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+    def _note(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.total_s += time.perf_counter() - self._t0
+            self.collections += 1
 
 
 def recording_switch() -> Callable[[bool], None] | None:
@@ -127,6 +154,9 @@ class _Cycles:
     schedule: list[bool]
     switched: bool  # the A/B blocks switched a recorder
     after_prefill: list[bool]  # the cycle's step was the first of a request
+    # with --ab-blocks: each step's thread CPU time and garbage-collection time (ms)
+    step_cpu_ms: list[float] | None = None
+    step_gc_ms: list[float] | None = None
 
 
 def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
@@ -146,26 +176,38 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     schedule = ab_schedule(opts.cycles, opts.ab_blocks)
     switch = recording_switch() if opts.ab_blocks > 0 else None
     decoder = r.decoder
+    ab = opts.ab_blocks > 0
+    step_cpu: list[float] = []
+    step_gc: list[float] = []
+    gc_clock = GcClock()
     t_run = time.perf_counter()
-    for i in range(opts.cycles):
-        if switch is not None and (i == 0 or schedule[i] != schedule[i - 1]):
-            switch(schedule[i])  # between cycles, outside the timed step
-        prefill = requests == 0 or in_request >= opts.max_new_tokens or decoder.room() < 1
-        if prefill:
-            decoder.prefill([rng.randrange(vocab) for _ in range(opts.prompt_len)])
-            requests, in_request = requests + 1, 1
-        after_prefill.append(prefill)
-        sync()
-        t0 = time.perf_counter()
-        result = decoder.step()
-        sync()
-        step_s.append(time.perf_counter() - t0)
-        accept.append(result.accept_len)
-        in_request += result.accept_len
+    with gc_clock if ab else contextlib.nullcontext():
+        for i in range(opts.cycles):
+            if switch is not None and (i == 0 or schedule[i] != schedule[i - 1]):
+                switch(schedule[i])  # between cycles, outside the timed step
+            prefill = requests == 0 or in_request >= opts.max_new_tokens or decoder.room() < 1
+            if prefill:
+                decoder.prefill([rng.randrange(vocab) for _ in range(opts.prompt_len)])
+                requests, in_request = requests + 1, 1
+            after_prefill.append(prefill)
+            sync()
+            c0, g0 = time.thread_time(), gc_clock.total_s
+            t0 = time.perf_counter()
+            result = decoder.step()
+            sync()
+            step_s.append(time.perf_counter() - t0)
+            if ab:
+                step_cpu.append((time.thread_time() - c0) * 1e3)
+                step_gc.append((gc_clock.total_s - g0) * 1e3)
+            accept.append(result.accept_len)
+            in_request += result.accept_len
     run_s = time.perf_counter() - t_run
     if switch is not None:
         switch(True)  # the exit's flush and the rest of the process are recorded as usual
-    return _Cycles(step_s, accept, requests, run_s, schedule, switch is not None, after_prefill)
+    return _Cycles(
+        step_s, accept, requests, run_s, schedule, switch is not None, after_prefill,
+        step_cpu if ab else None, step_gc if ab else None,
+    )  # fmt: skip
 
 
 def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
@@ -220,6 +262,8 @@ def _payload(
         "ab_blocks": opts.ab_blocks,
         "ab_on": c.schedule if opts.ab_blocks > 0 else None,
         "after_prefill": c.after_prefill if opts.ab_blocks > 0 else None,
+        "step_cpu_ms": c.step_cpu_ms,
+        "step_gc_ms": c.step_gc_ms,
         "ab_recorder": c.switched,
         "model": {"size": opts.model_size, **asdict(opts.model_config())},
     }

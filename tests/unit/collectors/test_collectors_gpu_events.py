@@ -380,3 +380,62 @@ def test_spans_keep_their_precision_with_an_old_reference(tmp_path: Path) -> Non
     offset = rows[2]["gpu_end_ns"] - events[2][1]
     for r, (t0, _t1) in zip(rows[3:], events[3:]):
         assert abs(r["gpu_start_ns"] - t0 - offset) < 1_000
+
+
+class CapturingCuda(FakeCuda):
+    """FakeCuda whose stream capture is switched by the test, its queries counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capturing = False
+        self.queries = 0
+
+    def is_current_stream_capturing(self) -> bool:
+        self.queries += 1
+        return self.capturing
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_only_a_call_with_no_recorded_call_open_asks_whether_the_stream_captures(
+    tmp_path: Path, use_native: bool
+) -> None:
+    from tracekit.collectors.recording import native
+
+    if use_native and native.NATIVE is None:
+        pytest.skip(native.WHY_NOT)
+    # GIVEN the demo-shaped cycle (a cycle target; draft, verify with two nested allreduce
+    # calls, draft_extend) on a fake CUDA device, past its sites' first calls
+    cuda = CapturingCuda()
+    state: dict[str, bool] = {"start_capture_in_verify": False}
+
+    def inside_verify() -> None:
+        if state["start_capture_in_verify"]:
+            cuda.capturing = True
+
+    rec = _recorder(tmp_path, cuda, flush_records=10**6, native=use_native)
+    step = _spec_program(rec, inside_verify)
+    for _ in range(3):
+        step()
+    queries, rows = cuda.queries, rec.records
+    # WHEN a cycle runs: 6 calls, 4 of them with no recorded call of the thread open
+    step()
+    # THEN the 4 ask whether the stream captures (the cycle target, draft, verify,
+    # draft_extend) and the 2 allreduce calls inside verify do not; all 6 are recorded
+    assert cuda.queries - queries == 4
+    assert rec.records - rows == 6
+    # WHEN a cycle runs while the stream captures: every call passes through, asking
+    queries, rows = cuda.queries, rec.records
+    cuda.capturing = True
+    step()
+    assert rec.records == rows
+    assert cuda.queries - queries == 6
+    # WHEN a capture starts inside a recorded verify (DEFINITIONS.md, "Hot path"): verify's
+    # second allreduce is nested in a call that started before it, so it is recorded; the
+    # draft_extend after it (no recorded call open) passes through
+    cuda.capturing = False
+    state["start_capture_in_verify"] = True
+    rows = rec.records
+    step()
+    # the cycle target, draft, verify, both allreduce calls; not draft_extend
+    assert rec.records - rows == 5
+    rec.close()

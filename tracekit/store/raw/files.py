@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,13 +64,47 @@ def read_json(path: Path) -> tuple[dict[str, Any], str | None]:
     return data, None
 
 
+_encoder: list[Any] = []  # [msgspec's (encode, format) or None], made at the first write
+
+
+def json_bytes(data: dict[str, Any]) -> bytes:
+    """`data` as indented JSON text: msgspec's encoder (anything it cannot encode as its
+    `str`), about 10x less CPU than `json.dumps` (the flush thread writes process.json at
+    every flush, holding the GIL for it), imported at the first write, not when a server
+    imports the collectors; the standard library where msgspec is missing. `json.loads`
+    reads both back the same (NaN aside: msgspec writes null)."""
+    if not _encoder:
+        try:
+            import msgspec
+
+            _encoder.append((msgspec.json.Encoder(enc_hook=str).encode, msgspec.json.format))
+        except ImportError:
+            _encoder.append(None)
+    enc = _encoder[0]
+    if enc is not None:
+        encode, fmt = enc
+        return fmt(encode(data), indent=1)  # type: ignore[no-any-return]
+    return json.dumps(data, default=str, indent=1).encode()
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write `data` to `path` atomically (a temporary file, one a writing thread, renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+    text = json_bytes(data)
+    tmp = os.path.join(os.fspath(path.parent), f".{path.name}.{threading.get_ident()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, default=str, indent=1))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            view = memoryview(text)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
-    tmp.replace(path)
+    os.replace(tmp, path)
