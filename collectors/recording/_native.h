@@ -32,5 +32,7 @@ int gpu_begin(PyObject *rec, PyObject *d, TState *ts, long long cycle, long long
               PyObject **ev);
 int gpu_end(PyObject *d, TState *ts, long long seq, PyObject *ev, long long cycle,
             long long offset);
+/* `_drop_bound`: the thread's boundary slot emptied, its event out of `_bound_ids` (0 / -1). */
+int gpu_drop_bound(PyObject *d, TState *ts);
 
 #endif

@@ -78,6 +78,8 @@ static int drop_bound(PyObject *d, TState *ts) {
     return rc;
 }
 
+int gpu_drop_bound(PyObject *d, TState *ts) { return drop_bound(d, ts); }
+
 /* `_gpu_mark` after the calibration: an event from the pool (or a new one), recorded. */
 static PyObject *mark(PyObject *d) {
     PyObject *pool = attr(d, s_pool);

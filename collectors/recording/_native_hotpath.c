@@ -32,7 +32,7 @@
 static PyObject *s_active, *s_nvtx, *s_profile, *s_info, *s_is_compiling, *s_compiler,
     *s_flag, *s_cuda, *s_initialized, *s_capturing, *s_loc, *s_ts, *s_thread, *s_cycle,
     *s_next_seq, *s_accept, *s_rows, *s_flush_bytes, *s_flush_ns,
-    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key;
+    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key, *s_cycle_codes;
 
 static int intern_names(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1
@@ -45,6 +45,7 @@ static int intern_names(void) {
     I(s_last_flush, "_last_flush"); I(s_flush, "_flush_due"); I(s_fail, "fail");
     I(s_probe_torch, "_probe_torch"); I(s_torch, "torch");
     I(s_cache_key, "tracekit.collectors.recording._native:thread");
+    I(s_cycle_codes, "_cycle_codes");
 #undef I
     return 0;
 }
@@ -118,11 +119,17 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *rec, *dict, *fn, *site, *generic, *acc_path, *site_id, *code_obj;
+    PyObject *cacc_path; /* a cycle target's acceptance rule (the site's cycle_accept_len) */
     PyObject *seq_fn, *seq_iter; /* the recorder's `_next_seq` and the count it belongs to */
     IntCache last_flush, flush_ns, flush_bytes;
     int starts_cycle;
+    int cycle_site; /* a cycle target (with or without a phase) */
+    int has_phase;  /* the site names a phase (a cycle-only target has none) */
+    int ready;      /* the site's codes are known: its first calls went through `generic` */
+    int acc_simple, cacc_simple; /* the rules are plain attribute names (`read_acc`) */
     int direct; /* called as the function itself (a class attribute: binds like one) */
-    long code;
+    long code;  /* phase code (-1: none, or not known yet) */
+    long ccode; /* cycle code of a cycle target (-1 until known) */
     long long clock_offset;
     PyObject *wdict; /* the wrapper's attributes (functools.wraps: __name__, __wrapped__...) */
 } PhaseCall;
@@ -285,11 +292,22 @@ static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, int nested) {
     return skip;
 }
 
+/* The recorder's `cycle` += 1. */
+static int next_cycle(PyObject *d) {
+    long long c;
+    if (dget_ll(d, s_cycle, &c) < 0) return -1;
+    PyObject *nc = PyLong_FromLongLong(c + 1);
+    if (!nc || PyDict_SetItem(d, s_cycle, nc) < 0) { Py_XDECREF(nc); return -1; }
+    Py_DECREF(nc);
+    return 0;
+}
+
 typedef struct {
     TState *ts;
     PyObject *ev; /* the start CUDA event, or NULL */
     long long cycle, seq, rep0, start;
     int depth, parent;
+    int ccode; /* the call opened a cycle: its cycle code, else -1 */
 } Enter;
 
 /* The `enter` half; 0: recording (e filled), 1: pass through, -1: error. */
@@ -315,17 +333,21 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     e->ts = ts; /* owned from here */
     e->depth = (int)depth;
     e->parent = -1;
-    if (depth) {
-        e->parent = (int)PyLong_AsLong(PyList_GET_ITEM(stack, depth - 1));
-        if (e->parent == -1 && PyErr_Occurred()) return -1;
-    } else if (self->starts_cycle && !ts->in_cycle) {
-        long long c;
-        if (dget_ll(d, s_cycle, &c) < 0) return -1;
-        PyObject *nc = PyLong_FromLongLong(c + 1);
-        if (!nc || PyDict_SetItem(d, s_cycle, nc) < 0) { Py_XDECREF(nc); return -1; }
-        Py_DECREF(nc);
+    e->ccode = -1;
+    if (self->cycle_site && !ts->in_cycle) { /* a cycle target's call starts a cycle */
+        ts->in_cycle = 1;
+        e->ccode = (int)self->ccode;
+        if (next_cycle(d) < 0 || gpu_drop_bound(d, ts) < 0) return -1;
     }
-    if (PyList_Append(stack, self->code_obj) < 0) return -1;
+    if (self->has_phase) {
+        if (depth) {
+            e->parent = (int)PyLong_AsLong(PyList_GET_ITEM(stack, depth - 1));
+            if (e->parent == -1 && PyErr_Occurred()) return -1;
+        } else if (self->starts_cycle && !ts->in_cycle && next_cycle(d) < 0) {
+            return -1;
+        }
+        if (PyList_Append(stack, self->code_obj) < 0) return -1;
+    }
     if (dget_ll(d, s_cycle, &e->cycle) < 0) return -1;
     PyObject *seq = next_seq(self, d);
     if (!seq) {
@@ -336,7 +358,7 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     Py_DECREF(seq);
     if (e->seq == -1 && PyErr_Occurred()) return -1;
     e->rep0 = ts->replays;
-    if (cuda_on && depth == 0 &&
+    if (cuda_on && depth == 0 && self->has_phase &&
         gpu_begin(self->rec, d, ts, e->cycle, self->clock_offset, &e->ev) < 0)
         return -1;
     e->start = now_ns(self->clock_offset);
@@ -369,33 +391,85 @@ static int pack_row(PyObject *rows, long code, long long cycle, long depth, long
     return 0;
 }
 
-/* The `exit` half, after the call; -1: error (the caller reports it). */
+/* 1 when an acceptance rule is a plain attribute name (no `.`, not an index): read in C. */
+static int simple_rule(PyObject *rule) {
+    if (!PyUnicode_Check(rule) || PyUnicode_GET_LENGTH(rule) == 0) return 0;
+    if (PyUnicode_FindChar(rule, '.', 0, PyUnicode_GET_LENGTH(rule), 1) != -1) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(rule);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!Py_UNICODE_ISDIGIT(PyUnicode_READ_CHAR(rule, i))) return 1;
+    return 0; /* all digits: an index (readings.py) */
+}
+
+/* A call's acceptance by `rule` (the site's, or its cycle's), NaN without one; `key` keys the
+ * per-request readings (readings.py `read_accept`, which this is: a plain attribute holding
+ * None, a bool, an int or a float is read here, anything else there). */
+static int read_acc(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
+                    long long key, double *out) {
+    *out = NAN;
+    if (!result || rule == Py_None) return 0;
+    if (simple && !PyDict_Check(result)) {
+        PyObject *v = PyObject_GetAttr(result, rule);
+        if (!v) {
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) { PyErr_Clear(); return 0; }
+            PyErr_Clear(); /* anything else: readings.py decides (and says) */
+        } else if (v == Py_None || PyBool_Check(v)) {
+            Py_DECREF(v);
+            return 0;
+        } else if (PyFloat_CheckExact(v)) {
+            *out = PyFloat_AS_DOUBLE(v);
+            Py_DECREF(v);
+            return 0;
+        } else if (PyLong_CheckExact(v)) {
+            double x = PyLong_AsDouble(v);
+            Py_DECREF(v);
+            if (!(x == -1.0 && PyErr_Occurred())) { *out = x; return 0; }
+            PyErr_Clear();
+        } else {
+            Py_DECREF(v);
+        }
+    }
+    PyObject *r = PyObject_CallMethod(self->rec, "_accept", "OO()OOL", result, rule, Py_None,
+                                      self->site, key);
+    if (!r) return -1;
+    *out = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* The `exit` half, after the call; -1: error (the caller reports it). The rows, in order: the
+ * phase's (a phase site), then the cycle's (a call that opened a cycle: seq, or -seq beside a
+ * phase row), as the generic `exit` writes them. */
 static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
     long long end = now_ns(self->clock_offset);
     TState *ts = e->ts;
     if (e->ev && gpu_end(d, ts, e->seq, e->ev, e->cycle, self->clock_offset) < 0) return -1;
-    PyObject *stack = ts->stack;
-    if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
-    Py_ssize_t n = PyList_GET_SIZE(stack);
-    if (!n) { PyErr_SetString(PyExc_IndexError, "pop from empty list"); return -1; }
-    PyObject *top = PyList_GET_ITEM(stack, n - 1); /* list.pop(): the size shrinks, the */
-    Py_SET_SIZE(stack, n - 1);                     /* allocation stays for the next push */
-    Py_DECREF(top);
-    double acc = NAN;
-    if (result && self->acc_path != Py_None) {
-        /* the row's seq keys the call's per-request readings (readings.py `read_accept`) */
-        PyObject *r = PyObject_CallMethod(self->rec, "_accept", "OO()OOL", result,
-                                          self->acc_path, Py_None, self->site, e->seq);
-        if (!r) return -1;
-        acc = PyFloat_AsDouble(r);
-        Py_DECREF(r);
-        if (acc == -1.0 && PyErr_Occurred()) return -1;
-    }
+    long long replays = ts->replays - e->rep0;
     PyObject *rows = dget(d, s_rows);
     if (!rows) { PyErr_SetObject(PyExc_AttributeError, s_rows); return -1; }
-    if (pack_row(rows, self->code, e->cycle, e->depth, e->parent, ts->tid, e->seq, e->start,
-                 end, ts->replays - e->rep0, acc, result != NULL) < 0)
-        return -1;
+    double acc;
+    if (self->has_phase) {
+        PyObject *stack = ts->stack;
+        if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
+        Py_ssize_t n = PyList_GET_SIZE(stack);
+        if (!n) { PyErr_SetString(PyExc_IndexError, "pop from empty list"); return -1; }
+        PyObject *top = PyList_GET_ITEM(stack, n - 1); /* list.pop(): the size shrinks, the */
+        Py_SET_SIZE(stack, n - 1);                     /* allocation stays for the next push */
+        Py_DECREF(top);
+        if (read_acc(self, result, self->acc_path, self->acc_simple, e->seq, &acc) < 0 ||
+            pack_row(rows, self->code, e->cycle, e->depth, e->parent, ts->tid, e->seq,
+                     e->start, end, replays, acc, result != NULL) < 0)
+            return -1;
+    }
+    if (e->ccode >= 0) {
+        ts->in_cycle = 0;
+        if (gpu_drop_bound(d, ts) < 0 ||
+            read_acc(self, result, self->cacc_path, self->cacc_simple, -e->seq, &acc) < 0 ||
+            pack_row(rows, e->ccode, e->cycle, e->depth, -1, ts->tid,
+                     self->has_phase ? -e->seq : e->seq, e->start, end, replays, acc,
+                     result != NULL) < 0)
+            return -1;
+    }
     if (e->depth == 0) {
         long long nb = PyByteArray_GET_SIZE(rows), fb, fns, last;
         if (dget_cached(d, s_flush_bytes, &self->flush_bytes, &fb) < 0 ||
@@ -411,6 +485,33 @@ static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
     return 0;
 }
 
+/* A code the generic path registered: `table[id(site)]` (its first item for a tuple), or -1. */
+static long registered(PyObject *d, PyObject *name, PyObject *site_id) {
+    PyObject *table = dget(d, name);
+    long code = -1;
+    if (table && PyDict_Check(table)) {
+        PyObject *v = PyDict_GetItemWithError(table, site_id);
+        if (v && PyTuple_Check(v) && PyTuple_GET_SIZE(v) > 0) v = PyTuple_GET_ITEM(v, 0);
+        if (v && PyLong_Check(v)) code = PyLong_AsLong(v);
+    }
+    PyErr_Clear();
+    return code;
+}
+
+/* After a call through `generic`: the site's phase code (`_info`) and, for a cycle target,
+ * its cycle code (`_cycle_codes`, made when one of its calls first opened a cycle); the C
+ * body takes over once every code the site needs is known. */
+static void learn_codes(PhaseCall *self, PyObject *d) {
+    if (self->has_phase && self->code < 0) {
+        long code = registered(d, s_info, self->site_id);
+        PyObject *co = code >= 0 ? PyLong_FromLong(code) : NULL;
+        if (co) { Py_XSETREF(self->code_obj, co); self->code = code; }
+        PyErr_Clear();
+    }
+    if (self->cycle_site && self->ccode < 0) self->ccode = registered(d, s_cycle_codes, self->site_id);
+    self->ready = (!self->has_phase || self->code >= 0) && (!self->cycle_site || self->ccode >= 0);
+}
+
 static PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
     PyObject *d = self->dict;
     PyObject *v = dget(d, s_active);
@@ -419,19 +520,8 @@ static PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
         return invoke(self->fn, c);
     }
     PyObject *nvtx = dget(d, s_nvtx), *prof = dget(d, s_profile);
-    if (self->code < 0 || nvtx != Py_None || prof != Py_None) {
-        PyObject *infos = dget(d, s_info);
-        if (self->code < 0 && infos && PyDict_Check(infos)) {
-            PyObject *info = PyDict_GetItemWithError(infos, self->site_id);
-            if (info && PyTuple_Check(info) && PyTuple_GET_SIZE(info) > 0) {
-                long c = PyLong_AsLong(PyTuple_GET_ITEM(info, 0));
-                if (!(c == -1 && PyErr_Occurred())) {
-                    PyObject *co = PyLong_FromLong(c);
-                    if (co) { Py_XSETREF(self->code_obj, co); self->code = c; }
-                }
-            }
-            PyErr_Clear();
-        }
+    if (!self->ready || nvtx != Py_None || prof != Py_None) {
+        if (!self->ready) learn_codes(self, d);
         return invoke(self->generic, c);
     }
     Enter e = {0};
@@ -457,12 +547,13 @@ static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nar
 
 static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"rec", "fn", "site", "generic", "acc_path", "starts_cycle",
-                         "clock_offset", NULL};
-    PyObject *rec, *fn, *site, *generic, *acc_path;
-    int starts_cycle;
+                         "clock_offset", "cycle", "has_phase", "cycle_acc_path", NULL};
+    PyObject *rec, *fn, *site, *generic, *acc_path, *cacc_path = Py_None;
+    int starts_cycle, cycle = 0, has_phase = 1;
     long long offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL", kw, &rec, &fn, &site, &generic,
-                                     &acc_path, &starts_cycle, &offset))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL|ppO", kw, &rec, &fn, &site, &generic,
+                                     &acc_path, &starts_cycle, &offset, &cycle, &has_phase,
+                                     &cacc_path))
         return NULL;
     PyObject *dict = PyObject_GenericGetDict(rec, NULL);
     if (!dict) return NULL;
@@ -475,6 +566,12 @@ static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Py_INCREF(site); self->site = site;
     Py_INCREF(generic); self->generic = generic;
     Py_INCREF(acc_path); self->acc_path = acc_path;
+    self->cacc_path = Py_NewRef(cacc_path);
+    self->acc_simple = simple_rule(acc_path);
+    self->cacc_simple = simple_rule(cacc_path);
+    self->cycle_site = cycle;
+    self->has_phase = has_phase;
+    self->ccode = -1;
     self->site_id = PyLong_FromVoidPtr(site);
     self->code_obj = PyLong_FromLong(-1);
     self->code = -1;
@@ -497,6 +594,13 @@ static PyObject *pc_direct(PhaseCall *self, PyObject *unused) {
     d->site = Py_NewRef(self->site);
     d->generic = Py_NewRef(self->generic);
     d->acc_path = Py_NewRef(self->acc_path);
+    d->cacc_path = Py_NewRef(self->cacc_path);
+    d->acc_simple = self->acc_simple;
+    d->cacc_simple = self->cacc_simple;
+    d->cycle_site = self->cycle_site;
+    d->has_phase = self->has_phase;
+    d->ready = self->ready;
+    d->ccode = self->ccode;
     d->site_id = Py_NewRef(self->site_id);
     d->code_obj = Py_NewRef(self->code_obj);
     d->code = self->code;
@@ -522,14 +626,16 @@ static PyObject *pc_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
 
 static int pc_traverse(PhaseCall *self, visitproc visit, void *arg) {
     Py_VISIT(self->rec); Py_VISIT(self->dict); Py_VISIT(self->fn); Py_VISIT(self->site);
-    Py_VISIT(self->generic); Py_VISIT(self->acc_path); Py_VISIT(self->seq_fn);
+    Py_VISIT(self->generic); Py_VISIT(self->acc_path); Py_VISIT(self->cacc_path);
+    Py_VISIT(self->seq_fn);
     Py_VISIT(self->seq_iter); Py_VISIT(self->wdict);
     return 0;
 }
 
 static int pc_clear(PhaseCall *self) {
     Py_CLEAR(self->rec); Py_CLEAR(self->dict); Py_CLEAR(self->fn); Py_CLEAR(self->site);
-    Py_CLEAR(self->generic); Py_CLEAR(self->acc_path); Py_CLEAR(self->site_id);
+    Py_CLEAR(self->generic); Py_CLEAR(self->acc_path); Py_CLEAR(self->cacc_path);
+    Py_CLEAR(self->site_id);
     Py_CLEAR(self->code_obj); Py_CLEAR(self->seq_fn); Py_CLEAR(self->seq_iter);
     Py_CLEAR(self->wdict);
     Py_CLEAR(self->last_flush.obj); Py_CLEAR(self->flush_ns.obj); Py_CLEAR(self->flush_bytes.obj);
@@ -544,12 +650,17 @@ static void pc_dealloc(PhaseCall *self) {
 
 static PyObject *pc_get_code(PhaseCall *self, void *closure) { return PyLong_FromLong(self->code); }
 
+static PyObject *pc_get_ccode(PhaseCall *self, void *closure) {
+    return PyLong_FromLong(self->ccode);
+}
+
 static PyObject *pc_get_direct(PhaseCall *self, void *closure) {
     return PyBool_FromLong(self->direct);
 }
 
 static PyGetSetDef pc_getset[] = {
     {"code", (getter)pc_get_code, NULL, "the site's phase code, -1 before it is known", NULL},
+    {"cycle_code", (getter)pc_get_ccode, NULL, "a cycle target's cycle code, else -1", NULL},
     {"is_direct", (getter)pc_get_direct, NULL, "called as the function itself (direct())", NULL},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL},
@@ -587,9 +698,9 @@ PyTypeObject PhaseCallType = {
     .tp_basicsize = sizeof(PhaseCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "PhaseCall(rec, fn, site, generic, acc_path, starts_cycle, clock_offset): the "
-              "recording body of a phase site's sync wrapper (HotPath.sync_call), called as "
-              "native(args, kwargs).",
+    .tp_doc = "PhaseCall(rec, fn, site, generic, acc_path, starts_cycle, clock_offset, cycle=False, "
+              "has_phase=True, cycle_acc_path=None): the recording body of a phase or cycle "
+              "site's sync wrapper (HotPath.sync_call), called as native(args, kwargs).",
     .tp_new = pc_new,
     .tp_vectorcall_offset = offsetof(PhaseCall, vectorcall),
     .tp_call = PyVectorcall_Call,

@@ -220,18 +220,21 @@ class HotPath(Lifecycle):
     ) -> Callable[..., Any]:
         """The body of the sync wrapper of `site` (`wrappers.make_wrapper` adds the metadata).
 
-        For a phase site that is no cycle target (the hot case: draft, verify, allreduce...)
-        the native `PhaseCall` (`native_phase_call`) or, without the extension, `python_call`: both
-        are `enter` + `exit` inlined for such a site with no NVTX tool and no profiler window;
-        any other state (the site's first call, which registers it, an NVTX tool, full mode)
-        goes through `generic`, the wrapper's plain `enter` / `exit` body (the test
-        `test_inlined_phase_path_records_what_enter_exit_record` compares both)."""
-        if site.phase is None or site.cycle or site.needs_args:
+        For a phase or cycle site (draft, verify, allreduce, the cycle's step...) the native
+        `PhaseCall` (`native_phase_call`) or, without the extension and for a phase site that
+        is no cycle target, `python_call`: both are `enter` + `exit` inlined for such a site
+        with no NVTX tool and no profiler window; any other state (the site's first calls,
+        which register it, an NVTX tool, full mode) goes through `generic`, the wrapper's plain
+        `enter` / `exit` body (the test `test_inlined_phase_path_records_what_enter_exit_record`
+        compares both, test_native_hotpath.py the native path and `generic`)."""
+        if (site.phase is None and not site.cycle) or site.needs_args:
             return generic
         dyn, noted = _gate(site)
         native = self.native_phase_call(fn, site, generic)
         if native is not None:
             return _native_shim(fn, native, dyn, noted)
+        if site.cycle:  # the Python body serves phase sites only
+            return generic
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
         return python_call(self, fn, site, generic, (site.starts_cycle, acc_path, dyn, noted))
 
@@ -241,16 +244,20 @@ class HotPath(Lifecycle):
         """The native `_native.PhaseCall` that records `site`'s calls of `fn` in C, as the
         Python body does (same rows, same order of calls into the recorder; `generic` for the
         states it leaves to Python), called as `pc(args, kwargs)`; None where the native path
-        does not serve the site (no extension, a cycle target, an accept rule that needs the
-        arguments). The sync wrapper and the compiled boundary (collectors/compiled.py) use it."""
-        if self._native is None or site.phase is None or site.cycle or site.needs_args:
+        does not serve the site (no extension, an accept rule that needs the arguments). A
+        cycle target's call opens its cycle and writes its cycle row as `enter` / `exit` do
+        (docs/BENCHMARKS.md, "seventh session": the generic path was most of a cycle's host
+        cost). The sync wrapper and the compiled boundary (collectors/compiled.py) use it."""
+        if self._native is None or (site.phase is None and not site.cycle) or site.needs_args:
             return None
         if self._is_compiling is None and "torch" in _modules:
             self._probe_torch()  # the compile check is live from the first call
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
+        cacc_path = site.bound[1] if site.bound[1] is not None else site.cycle_accept_len
         return self._native.PhaseCall(
-            self, fn, site, generic, acc_path, site.starts_cycle, CLOCK_OFFSET_NS
-        )
+            self, fn, site, generic, acc_path, site.starts_cycle, CLOCK_OFFSET_NS,
+            cycle=site.cycle, has_phase=site.phase is not None, cycle_acc_path=cacc_path,
+        )  # fmt: skip
 
     def _accept(
         self,

@@ -138,6 +138,59 @@ def test_native_and_python_paths_write_identical_records(tmp_path: Path) -> None
     assert {r[8] for r in verify} == {1}
 
 
+@needs_native
+def test_cycle_targets_run_in_c_and_write_the_generic_rows(tmp_path: Path) -> None:
+    # GIVEN a cycle-only target with a cycle acceptance rule, and a site that is both a phase
+    # and the cycle target (the demo's SpeculativeDecoder.step and BaselineDecoder.step),
+    # past their first calls (which register them through `generic`)
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=10**6, flush_seconds=1e6))
+    p = _program(rec)
+    for n in range(3):
+        p["st"](n)
+        p["de"](n)
+    calls = {"enter": 0, "exit": 0}
+    enter, leave = rec.enter, rec.exit
+
+    def counted_enter(site: Any) -> Any:
+        calls["enter"] += 1
+        return enter(site)
+
+    def counted_exit(*args: Any, **kwargs: Any) -> None:
+        calls["exit"] += 1
+        leave(*args, **kwargs)
+
+    rec.enter, rec.exit = counted_enter, counted_exit  # type: ignore[method-assign]
+    st_native = p["st"].__tracekit_native__
+    assert st_native.cycle_code >= 0
+    assert st_native.code == -1  # no phase
+    assert p["de"].__tracekit_native__.cycle_code >= 0
+    assert p["de"].__tracekit_native__.code >= 0
+    rows_before = len(rec._buf)
+    cycle_before = rec.cycle
+    # WHEN two more cycles of each run
+    for n in (7, 8):
+        assert p["st"](n).accept_len == n
+        assert p["de"](n) == n
+    # THEN no call went through the Python enter / exit, 4 cycles were opened, and the rows
+    # are the generic path's: `st` a cycle row (seq, its acceptance) after its phases' rows;
+    # `de` a decode row (seq) and a cycle row (-seq), the same times, an allreduce inside
+    assert calls == {"enter": 0, "exit": 0}
+    assert rec.cycle == cycle_before + 4
+    new = rec._buf[rows_before:]
+    st_code, de_cycle_code = st_native.cycle_code, p["de"].__tracekit_native__.cycle_code
+    cycle_rows = [r for r in new if r[0] in (st_code, de_cycle_code)]
+    assert [(r[0], r[9]) for r in cycle_rows] == [
+        (st_code, 7.0), (de_cycle_code, None), (st_code, 8.0), (de_cycle_code, None),
+    ]  # fmt: skip
+    decode = [r for r in new if r[0] == p["de"].__tracekit_native__.code]
+    for d, c in zip(decode, [r for r in cycle_rows if r[0] == de_cycle_code], strict=True):
+        assert c[5] == -d[5]  # seq, -seq
+        assert (c[6], c[7], c[1]) == (d[6], d[7], d[1])  # start, end, cycle
+        assert (c[2], c[3]) == (0, -1)  # depth 0, no parent
+    assert all(r[10] for r in new)
+    rec.close()
+
+
 def _site_of(rec: Recorder, phase: str) -> Any:
     for info in rec._info.values():
         if info[5].phase == phase and not info[5].cycle:
