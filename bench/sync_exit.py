@@ -16,6 +16,10 @@ steps of three kinds, each in ABBA blocks of recording on and off:
 - `after_sync`: the GPU work and its read-back before the call, the call itself empty (what
   the first Python code after a long device wait costs).
 
+`KIND_noquery` (`--kinds`): the same with the recorder's capture query replaced by a C no-op.
+On the native path (cycle targets included, since 9ae72db) `enter_us` / `exit_us` stay 0: the
+call never reaches the Python `enter` / `exit`.
+
 Per kind: the step's wall time on minus off (mean over ABBA groups, 95% t-interval), and in
 the "on" steps the time spent inside the recorder's `enter` and `exit` (perf_counter_ns
 around them; their own cost included). Printed as one JSON line.
@@ -103,7 +107,9 @@ def analyse(walls: list[float], on: list[bool], block: int) -> dict[str, float]:
     return {"diff_us": mean, "lo_us": mean - half, "hi_us": mean + half, "groups": len(d)}
 
 
-def run_kind(kind: str, torch: Any, graph: Any, out: Any, steps: int, block: int) -> dict[str, Any]:
+def run_kind(
+    kind: str, torch: Any, graph: Any, out: Any, steps: int, block: int, query: bool = True
+) -> dict[str, Any]:
     from tracekit.collectors.phasemap import Site, Target
     from tracekit.collectors.recorder import Recorder, RecorderConfig
     from tracekit.collectors.wrappers import install
@@ -114,6 +120,9 @@ def run_kind(kind: str, torch: Any, graph: Any, out: Any, steps: int, block: int
     )
     spent = [0, 0]
     timed_hooks(rec, spent)
+    if not query:  # the capture query replaced by a C no-op (what it costs the call)
+        rec._probe_torch()
+        rec._capturing = bool
     mod = types.ModuleType(f"tk_sync_{kind}")
 
     class Decoder:
@@ -169,14 +178,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--step-ms", type=float, default=10.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--kinds",
+        default="sync,host,after_sync,sync",
+        help="comma-separated; KIND_noquery: the capture query replaced by a C no-op",
+    )
     a = ap.parse_args(argv)
     import torch
 
     graph, out = build_graph(torch, a.step_ms)
     res: dict[str, Any] = {}
-    for kind in ("sync", "host", "after_sync", "sync"):
-        key = kind if kind not in res else f"{kind}_again"
-        res[key] = run_kind(kind, torch, graph, out, a.steps, a.block)
+    for kind in a.kinds.split(","):
+        query = not kind.endswith("_noquery")
+        kind = kind.removesuffix("_noquery")
+        key = kind if query else f"{kind}_noquery"
+        key = key if key not in res else f"{key}_again"
+        res[key] = run_kind(kind, torch, graph, out, a.steps, a.block, query)
     line = json.dumps(res)
     print(line)
     if a.out is not None:
