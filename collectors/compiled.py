@@ -265,7 +265,8 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
         rec.exit(fr, True, result, b.exit_args(site, args), kwargs)
         return result
 
-    body: list[Callable[..., Any] | None] = [None]  # generic, or the native call, once known
+    # once the site is known: the native call, pc(args, kwargs), or `generic` as pc's stand-in
+    body: list[Callable[[tuple[Any, ...], dict[str, Any]], Any] | None] = [None]
 
     def call(*args: Any, **kwargs: Any) -> Any:
         fn = body[0]
@@ -280,7 +281,7 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
         prev = getattr(_tls, "call", None)
         _tls.call = marker
         try:
-            return fn(*args, **kwargs)
+            return fn(args, kwargs)  # the tuple and dict as they came (no copies, no frame)
         finally:
             _tls.call = prev
 
@@ -289,21 +290,22 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
 
 def _fast_path(
     rec: Recorder, compiled: Callable[..., Any], site: Site, generic: Callable[..., Any]
-) -> Callable[..., Any]:
-    """What records a boundary call once its site is known: the native hot path's `PhaseCall`
-    where it serves the site (`HotPath.native_phase_call`), else `generic` (`enter` / `exit`)."""
+) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    """What records a boundary call once its site is known, called as `fn(args, kwargs)`: the
+    native hot path's `PhaseCall` where it serves the site (`HotPath.native_phase_call`), else
+    `generic` (`enter` / `exit`) behind the same signature."""
     try:
         pc = rec.native_phase_call(compiled, site, generic)
     except Exception as exc:
         rec.fail("compiled boundary", exc)
-        return generic
-    if pc is None:
-        return generic
+        pc = None
+    if pc is not None:
+        return pc  # type: ignore[no-any-return]
 
-    def fast(*args: Any, **kwargs: Any) -> Any:
-        return pc(args, kwargs)
+    def slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return generic(*args, **kwargs)
 
-    return fast
+    return slow
 
 
 def _discovering(
