@@ -1,4 +1,4 @@
-/* The recorder's hot path in C: the sync wrapper body of a phase site (`PhaseCall`) and the
+/* The recorder's hot path in C: the sync wrapper body of a phase or cycle site (`PhaseCall`) and the
  * per-thread state it reads (`ThreadState`). Built as tracekit.collectors.recording._native
  * (setup.py); collectors/recording/native.py loads it, or says why the Python path is used.
  *
