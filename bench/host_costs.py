@@ -15,8 +15,9 @@ with the empty loop's time taken off (`time.perf_counter_ns` around the loop, no
    outermost, and a demo-shaped cycle (a cycle target and three phases) per wrapped call,
    against the same unwrapped methods; as a direct call (collectors/direct.py) and through the
    Python shim (what a process keeps once torch.compile ran); with CUDA, the direct call also
-   with the capture query replaced by `bool` (what the query costs) and with the recorder's
-   `torch.cuda` taken away (what the whole CUDA branch costs).
+   with the capture query replaced by `bool` (what the query costs). (Session 7's result
+   files also hold a "no_cuda_branch" variant: the recorder disabled itself there, its figures
+   are a disabled recorder's.)
 3. `flush`: what one flush of `--rows` rows costs the thread that runs it (thread CPU, all of
    it with the GIL held but for the native event resolution and the file system's calls), and
    its steps: the event resolution, taking the rows, encoding, the write, process.json.
@@ -174,7 +175,6 @@ def call_costs(tmp: Path, torch: Any) -> dict[str, Any]:
     }
     if torch is not None and torch.cuda.is_available():
         variants["direct_no_capture_query"] = (True, lambda rec: setattr(rec, "_capturing", bool))
-        variants["direct_no_cuda_branch"] = (True, lambda rec: setattr(rec, "_cuda", None))
     for vname, (direct_calls, change) in variants.items():
         rec, obj = make_recorder(tmp, f"call_{vname}", 10**9, 10**9, direct_calls)
         change(rec)
