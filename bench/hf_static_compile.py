@@ -20,7 +20,6 @@ bench/compiled_gpu.py on the H200.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.hf_maps import SPEC_MAP
+from tracekit.demo.server import GcClock
 
 PHASES_TOML = """\
 [adapter]
@@ -167,39 +167,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rec = switch.__self__
         rec._flush_n, rec._flush_bytes = 10**8, 10**12
     recording: list[bool] = []
-    gc_s: list[float] = []  # garbage collections during each generate (gc.callbacks)
-    gc_total = [0.0, 0.0]  # seconds so far, start of the current collection
-
-    def gc_note(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            gc_total[1] = time.perf_counter()
-        else:
-            gc_total[0] += time.perf_counter() - gc_total[1]
-
-    gc.callbacks.append(gc_note)
-    for i in range(args.rounds):
-        on = i == 0 or (i - 1) % 4 in (0, 3)  # ABBA after the first (compiling) generate
-        if switch is not None:
-            switch(on)
-        recording.append(on if switch is not None else _recording_switch() is not None)
-        prompt = torch.randint(1, cfg.vocab_size, (1, args.prompt_len), generator=gen)
-        prompt = prompt.to(args.device)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0, c0, g0 = time.perf_counter(), time.thread_time(), gc_total[0]
-        out = model.generate(
-            prompt,
-            max_new_tokens=args.new_tokens,
-            min_new_tokens=args.new_tokens,
-            do_sample=False,
-            **gen_kw,
-        )
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        wall_s.append(time.perf_counter() - t0)
-        thread_s.append(time.thread_time() - c0)
-        gc_s.append(gc_total[0] - g0)
-        outputs.append(out[0, args.prompt_len :].tolist())
+    gc_s: list[float] = []  # garbage collections during each generate
+    with GcClock() as gc_clock:
+        for i in range(args.rounds):
+            on = i == 0 or (i - 1) % 4 in (0, 3)  # ABBA after the first (compiling) generate
+            if switch is not None:
+                switch(on)
+            recording.append(on if switch is not None else _recording_switch() is not None)
+            prompt = torch.randint(1, cfg.vocab_size, (1, args.prompt_len), generator=gen)
+            prompt = prompt.to(args.device)
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0, c0, g0 = time.perf_counter(), time.thread_time(), gc_clock.total_s
+            out = model.generate(
+                prompt,
+                max_new_tokens=args.new_tokens,
+                min_new_tokens=args.new_tokens,
+                do_sample=False,
+                **gen_kw,
+            )
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            wall_s.append(time.perf_counter() - t0)
+            thread_s.append(time.thread_time() - c0)
+            gc_s.append(gc_clock.total_s - g0)
+            outputs.append(out[0, args.prompt_len :].tolist())
     result = {
         "rounds": args.rounds,
         "new_tokens": args.new_tokens,

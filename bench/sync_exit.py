@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 
 def build_graph(torch: Any, step_ms: float) -> tuple[Any, Any]:
@@ -92,19 +91,14 @@ def timed_hooks(rec: Any, spent: list[int]) -> None:
 
 
 def analyse(walls: list[float], on: list[bool], block: int) -> dict[str, float]:
-    """On minus off a step (µs): mean over ABBA groups after the first, 95% t-interval."""
-    from tracekit.analyzers.tquantile import t975
+    """On minus off a step (µs): `overhead_ab.step_difference` over ABBA groups after the
+    first, with its 95% t-interval."""
+    import overhead_ab
 
-    bl = []
-    for s in range(0, len(walls) - block + 1, block):
-        bl.append((on[s], statistics.fmean(walls[s : s + block])))
-    d = []
-    for g in range(1, len(bl) // 4):
-        four = bl[4 * g : 4 * g + 4]
-        d.append(((four[0][1] + four[3][1]) - (four[1][1] + four[2][1])) / 2)
-    mean = statistics.fmean(d)
-    half = t975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
-    return {"diff_us": mean, "lo_us": mean - half, "hi_us": mean + half, "groups": len(d)}
+    result = {"step_ms": [w / 1e3 for w in walls], "ab_on": on, "ab_blocks": block}
+    diff = overhead_ab.step_difference(result, "step_ms", skip_groups=1)
+    assert diff is not None
+    return diff
 
 
 def run_kind(

@@ -52,12 +52,11 @@ def ab_schedule(cycles: int, block: int) -> list[bool]:
 
 class GcClock:
     """Time the interpreter spends in garbage collections, from `gc.callbacks` (the A/B
-    blocks' `step_gc_ms`: a collection in a step is the program's, whichever side its
-    allocations came from)."""
+    blocks' `step_gc_ms`, bench/hf_static_compile.py's `gc_s`: a collection in a step is the
+    program's, whichever side its allocations came from)."""
 
     def __init__(self) -> None:
         self.total_s = 0.0
-        self.collections = 0
         self._t0 = 0.0
 
     def __enter__(self) -> GcClock:
@@ -72,7 +71,6 @@ class GcClock:
             self._t0 = time.perf_counter()
         else:
             self.total_s += time.perf_counter() - self._t0
-            self.collections += 1
 
 
 def recording_switch() -> Callable[[bool], None] | None:
