@@ -16,7 +16,9 @@ steps of three kinds, each in ABBA blocks of recording on and off:
 - `after_sync`: the GPU work and its read-back before the call, the call itself empty (what
   the first Python code after a long device wait costs).
 
-`KIND_noquery` (`--kinds`): the same with the recorder's capture query replaced by a C no-op.
+`KIND_noquery` (`--kinds`): the same with the recorder's capture query replaced by a C no-op;
+`KIND_counted`: with torch's captures counted and none open (what `runtime.patch_graphs` sets
+up in a launched program), so a call that takes no CUDA event does not ask.
 On the native path (cycle targets included, since 9ae72db) `enter_us` / `exit_us` stay 0: the
 call never reaches the Python `enter` / `exit`.
 
@@ -102,7 +104,7 @@ def analyse(walls: list[float], on: list[bool], block: int) -> dict[str, float]:
 
 
 def run_kind(
-    kind: str, torch: Any, graph: Any, out: Any, steps: int, block: int, query: bool = True
+    kind: str, torch: Any, graph: Any, out: Any, steps: int, block: int, variant: str = ""
 ) -> dict[str, Any]:
     from tracekit.collectors.phasemap import Site, Target
     from tracekit.collectors.recorder import Recorder, RecorderConfig
@@ -114,9 +116,11 @@ def run_kind(
     )
     spent = [0, 0]
     timed_hooks(rec, spent)
-    if not query:  # the capture query replaced by a C no-op (what it costs the call)
+    if variant == "noquery":  # the capture query replaced by a C no-op (what it costs the call)
         rec._probe_torch()
         rec._capturing = bool
+    if variant == "counted":  # captures counted, none open: unsampled calls do not ask
+        rec._captures = 0
     mod = types.ModuleType(f"tk_sync_{kind}")
 
     class Decoder:
@@ -175,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--kinds",
         default="sync,host,after_sync,sync",
-        help="comma-separated; KIND_noquery: the capture query replaced by a C no-op",
+        help="comma-separated; KIND_noquery: the capture query replaced by a C no-op; "
+        "KIND_counted: captures counted, none open",
     )
     a = ap.parse_args(argv)
     import torch
@@ -183,11 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     graph, out = build_graph(torch, a.step_ms)
     res: dict[str, Any] = {}
     for kind in a.kinds.split(","):
-        query = not kind.endswith("_noquery")
-        kind = kind.removesuffix("_noquery")
-        key = kind if query else f"{kind}_noquery"
-        key = key if key not in res else f"{key}_again"
-        res[key] = run_kind(kind, torch, graph, out, a.steps, a.block, query)
+        variant = next((v for v in ("noquery", "counted") if kind.endswith(f"_{v}")), "")
+        base = kind.removesuffix(f"_{variant}")
+        key = kind if kind not in res else f"{kind}_again"
+        res[key] = run_kind(base, torch, graph, out, a.steps, a.block, variant)
     line = json.dumps(res)
     print(line)
     if a.out is not None:

@@ -32,6 +32,10 @@ int gpu_begin(PyObject *rec, PyObject *d, TState *ts, long long cycle, long long
               PyObject **ev);
 int gpu_end(PyObject *d, TState *ts, long long seq, PyObject *ev, long long cycle,
             long long offset);
+/* gpu.py `asks_capture`'s last rule: 1 when a top-level phase call at `cycle` may take a CUDA
+ * event (a sampled cycle, the calibration, a call outside every cycle), 0 when it takes none,
+ * -1 with an error set. */
+int gpu_may_time(PyObject *d, long long cycle);
 /* `_drop_bound`: the thread's boundary slot emptied, its event out of `_bound_ids` (0 / -1). */
 int gpu_drop_bound(PyObject *d, TState *ts);
 

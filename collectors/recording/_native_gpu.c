@@ -115,6 +115,14 @@ static PyObject *mark(PyObject *d) {
     return ev;
 }
 
+int gpu_may_time(PyObject *d, long long cycle) {
+    PyObject *ref = attr(d, s_gpu_ref);
+    long long every;
+    if (!ref || attr_ll(d, s_gpu_every, &every) < 0) return -1;
+    if (ref == Py_None || every <= 1 || cycle < 0) return 1; /* calibration; loose calls */
+    return sampled(cycle, every);
+}
+
 int gpu_begin(PyObject *rec, PyObject *d, TState *ts, long long cycle, long long offset,
               PyObject **out) {
     *out = NULL;

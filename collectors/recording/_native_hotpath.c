@@ -32,7 +32,8 @@
 static PyObject *s_active, *s_nvtx, *s_profile, *s_info, *s_is_compiling, *s_compiler,
     *s_flag, *s_cuda, *s_initialized, *s_capturing, *s_loc, *s_ts, *s_thread, *s_cycle,
     *s_next_seq, *s_accept, *s_rows, *s_flush_bytes, *s_flush_ns,
-    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key, *s_cycle_codes;
+    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key, *s_cycle_codes,
+    *s_captures;
 
 static int intern_names(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1
@@ -45,7 +46,7 @@ static int intern_names(void) {
     I(s_last_flush, "_last_flush"); I(s_flush, "_flush_due"); I(s_fail, "fail");
     I(s_probe_torch, "_probe_torch"); I(s_torch, "torch");
     I(s_cache_key, "tracekit.collectors.recording._native:thread");
-    I(s_cycle_codes, "_cycle_codes");
+    I(s_cycle_codes, "_cycle_codes"); I(s_captures, "_captures");
 #undef I
     return 0;
 }
@@ -250,11 +251,25 @@ static PyObject *thread_state(PyObject *rec, PyObject *d) {
     return ts;
 }
 
+/* gpu.py `asks_capture` for a top-level call: 1 when a torch capture is open in the process
+ * (or captures are not counted: `_captures` not 0), else 1 only for a phase call that may take
+ * a CUDA event (gpu_may_time at the cycle it will have), 0 when it takes none; -1: error. */
+static int asks_capture(PhaseCall *self, PyObject *d, TState *ts) {
+    PyObject *n = dget(d, s_captures);
+    if (!n || !PyLong_CheckExact(n) || PyObject_IsTrue(n)) return 1;
+    if (!self->has_phase) return 0;
+    long long cycle;
+    if (dget_ll(d, s_cycle, &cycle) < 0) return -1;
+    if (!ts->in_cycle && (self->cycle_site || self->starts_cycle)) cycle += 1;
+    return gpu_may_time(d, cycle);
+}
+
 /* 1: torch.compile traces / exports, or the current stream captures a CUDA graph (pass
- * through); 0: record; -1: error. *cuda_on: CUDA is initialised. `nested`: a recorded phase
- * call of this thread is open, so its stream was not capturing when that call started: no
- * capture query (300-500 ns on the H200 host; DEFINITIONS.md, "Hot path"). */
-static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, int nested) {
+ * through); 0: record; -1: error. *cuda_on: CUDA is initialised. The capture query (300-500 ns
+ * warm on the H200 host, 8-12 us right after a device wait; DEFINITIONS.md, "Hot path") only at
+ * depth 0 (inside a recorded call the stream was not capturing when that call started), and
+ * there only where `asks_capture` says a capture or a CUDA event can be. */
+static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, TState *ts, Py_ssize_t depth) {
     PyObject *comp = dget(d, s_is_compiling);
     if (!comp || comp == Py_None) {
         PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), s_torch);
@@ -281,7 +296,9 @@ static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, int nested) {
     if (!r) return -1;
     *cuda_on = PyObject_IsTrue(r);
     Py_DECREF(r);
-    if (*cuda_on <= 0 || nested) return *cuda_on < 0 ? -1 : 0;
+    if (*cuda_on <= 0 || depth) return *cuda_on < 0 ? -1 : 0;
+    int ask = asks_capture(self, d, ts);
+    if (ask <= 0) return ask;
     /* the builtin behind torch.cuda.is_current_stream_capturing (the probe's), else that */
     PyObject *cap = dget(d, s_capturing);
     r = (cap && cap != Py_None) ? PyObject_CallNoArgs(cap)
@@ -328,7 +345,7 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
         return -1;
     }
     Py_ssize_t depth = PyList_GET_SIZE(stack);
-    int skip = bypass(self, d, &cuda_on, depth > 0);
+    int skip = bypass(self, d, &cuda_on, ts, depth);
     if (skip || ts->internal) { Py_DECREF(tso); return skip ? skip : 1; }
     e->ts = ts; /* owned from here */
     e->depth = (int)depth;

@@ -118,6 +118,22 @@ class GpuEvents(RecorderState):
     calibration in C (`_native_gpu.c`), on the same attributes in the same order; it calls
     `_gpu_begin` for the calibration and for sampled calls outside every cycle."""
 
+    def asks_capture(self, phase: bool, opens_cycle: bool) -> bool:
+        """Whether a top-level call asks torch if its stream captures a CUDA graph: always
+        while a torch capture is open in the process (or before captures are counted), else
+        only a phase call that may take a CUDA event (`_gpu_begin`: a sampled cycle, the
+        calibration, calls outside every cycle). `opens_cycle`: the call opens a cycle (its
+        cycle is the next one)."""
+        if self._captures != 0:
+            return True
+        every = self._gpu_every
+        if not phase:
+            return False
+        if every <= 1 or self._gpu_ref is None:
+            return True
+        cycle = self.cycle + 1 if opens_cycle else self.cycle
+        return cycle < 0 or sampled(cycle, every)
+
     def _gpu_begin(self, ts: ThreadState) -> Any:
         """The start event of a top-level phase call, or None when the call is not GPU-timed."""
         every = self._gpu_every

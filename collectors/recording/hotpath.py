@@ -96,13 +96,18 @@ class HotPath(Lifecycle):
             if ts.internal:
                 return None
             stack = ts.stack
-            # no capture query inside a recorded call (DEFINITIONS.md, "Hot path")
-            if cuda_on and not stack and self._cuda.is_current_stream_capturing():
-                return None
             info = self._info.get(id(site))
             if info is None:
                 info = self._site_info(site)
             code = info[0]
+            # the capture query: at depth 0, where a capture or a CUDA event can be (DEFINITIONS.md, "Hot path")
+            if (
+                cuda_on
+                and not stack
+                and self.asks_capture(code >= 0, not ts.in_cycle and (info[1] or info[2]))
+                and self._cuda.is_current_stream_capturing()
+            ):
+                return None
             nv = self._nvtx
             prof = self.profile
             ccode = -1
@@ -333,7 +338,10 @@ def python_call(
         try:
             ts = getattr(rec._loc, "ts", None) or rec._thread()
             stack = ts.stack
-            state = rec.capture_state(bool(stack))  # torch.compile's tracing, CUDA capture
+            # torch.compile's tracing, CUDA capture (asked at depth 0, where it can be)
+            state = rec.capture_state(
+                not stack and rec.asks_capture(True, starts_cycle and not ts.in_cycle)
+            )
             cuda_on = state > 0
             if state < 0 or ts.internal:
                 ts = None

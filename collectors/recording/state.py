@@ -143,6 +143,9 @@ class RecorderState:
         # path), the capture check (the wrappers' Dynamo check is collectors/compiled.py's gate)
         self._compiler: Any = None
         self._capturing: Callable[[], bool] | None = None
+        # torch CUDA graph captures open in the process (runtime.patch_graphs counts them),
+        # None until they are counted: every top-level call asks torch then
+        self._captures: int | None = None
         self._cuda: Any = None
         # the native hot path (collectors/recording/native.py) unless turned off
         self._native: Any = NATIVE if config.native else None
@@ -234,12 +237,13 @@ class RecorderState:
         except AttributeError:  # torch is still importing
             self._is_compiling = None
 
-    def capture_state(self, nested: bool = False) -> int:
+    def capture_state(self, ask: bool = True) -> int:
         """-1 while torch.compile traces or the current stream captures a CUDA graph (the call
         passes through), 1 when CUDA is initialised (a top-level phase may take CUDA events),
-        else 0; the Python hot path's first check (the native one does it in C). `nested`: a
-        recorded phase call of this thread is open, so the stream was not capturing when it
-        started: the capture query is left out (docs/DEFINITIONS.md, "Hot path")."""
+        else 0; the Python hot path's first check (the native one does it in C). `ask`: whether
+        to ask torch if the stream captures, False inside a recorded phase call of this thread
+        and, while no torch capture is open, for a call that takes no CUDA event
+        (`GpuEvents.asks_capture`; docs/DEFINITIONS.md, "Hot path")."""
         comp = self._is_compiling
         if comp is None:
             if "torch" not in sys.modules:
@@ -253,7 +257,7 @@ class RecorderState:
         cuda = self._cuda
         if not cuda._initialized:
             return 0
-        if nested:
+        if not ask:
             return 1
         return -1 if cuda.is_current_stream_capturing() else 1
 

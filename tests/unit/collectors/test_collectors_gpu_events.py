@@ -439,3 +439,84 @@ def test_only_a_call_with_no_recorded_call_open_asks_whether_the_stream_captures
     # the cycle target, draft, verify, both allreduce calls; not draft_extend
     assert rec.records - rows == 5
     rec.close()
+
+
+def _graphs_module() -> Any:
+    """A module shaped like torch.cuda.graphs: CUDAGraph's capture_begin (which raises when
+    asked to), capture_end and replay."""
+    from types import ModuleType
+
+    graphs = ModuleType("fake_graphs")
+
+    class CUDAGraph:
+        def capture_begin(self, fail: bool = False) -> None:
+            if fail:
+                raise RuntimeError("capture refused")
+
+        def capture_end(self) -> None:
+            pass
+
+        def replay(self) -> None:
+            pass
+
+    graphs.CUDAGraph = CUDAGraph  # type: ignore[attr-defined]
+    return graphs
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_with_no_capture_open_only_a_call_that_takes_cuda_events_asks(
+    tmp_path: Path, use_native: bool
+) -> None:
+    from tracekit.collectors import phasemap as pm
+    from tracekit.collectors.importhook import PostImportHook
+    from tracekit.collectors.recording import native
+    from tracekit.collectors.runtime import Runtime
+
+    if use_native and native.NATIVE is None:
+        pytest.skip(native.WHY_NOT)
+    # GIVEN the demo-shaped cycle, one cycle in 8 GPU-timed, and torch's CUDAGraph counted
+    cuda = CapturingCuda()
+    rec = _recorder(tmp_path, cuda, flush_records=10**6, native=use_native, gpu_sample=8)
+    graphs = _graphs_module()
+    assert rec._captures is None  # not counted yet: every top-level call asks
+    pmap = pm.parse('[[phase]]\nname = "verify"\ntargets = ["m:ve"]\n')
+    Runtime(rec, PostImportHook(), pmap).patch_graphs(graphs)
+    assert rec._captures == 0
+    step = _spec_program(rec)
+    for _ in range(3):
+        step()
+    # WHEN 24 cycles run with no capture open
+    asked = []
+    for _ in range(24):
+        queries = cuda.queries
+        step()
+        asked.append((rec.cycle, cuda.queries - queries))
+    # THEN the top-level phase calls of a sampled cycle ask (draft, verify, draft_extend: the
+    # calls that take CUDA events), no call of another cycle asks, nor the cycle target
+    assert asked == [(c, 3 if gpu_events.sampled(c, 8) else 0) for c in range(3, 27)]
+    assert 2 <= sum(q > 0 for _c, q in asked) <= 4  # 24 cycles, one in 8
+    # WHEN a capture is open (begun, not ended) and the stream captures: every call asks (each
+    # passes through, so none has a recorded call open), whatever its cycle
+    g = graphs.CUDAGraph()
+    g.capture_begin()
+    assert rec._captures == 1
+    cuda.capturing = True
+    rows = rec.records
+    for _ in range(8):
+        queries = cuda.queries
+        step()
+        assert cuda.queries - queries == 6
+    assert rec.records == rows
+    # WHEN it ends, and when a capture fails to begin
+    cuda.capturing = False
+    g.capture_end()
+    with pytest.raises(RuntimeError, match="capture refused"):
+        g.capture_begin(fail=True)
+    # THEN none is open: an unsampled cycle asks nothing again, and records its 6 rows
+    assert rec._captures == 0
+    while gpu_events.sampled(rec.cycle + 1, 8):
+        step()
+    queries, rows = cuda.queries, rec.records
+    step()
+    assert (cuda.queries - queries, rec.records - rows) == (0, 6)
+    rec.close()
