@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from tracekit.collectors import phasemap
+from tracekit.collectors import graphs, phasemap
 from tracekit.collectors.importhook import PostImportHook
 from tracekit.collectors.recorder import EXIT_DEADLINE_S, Mode, Recorder, RecorderConfig
 from tracekit.collectors.recording import native
@@ -109,28 +109,8 @@ class Runtime:
                 )
 
     def patch_graphs(self, module: ModuleType) -> None:
-        """Count torch.cuda.CUDAGraph.replay calls, so each phase knows if it replayed graphs,
-        and the captures open in the process (`capture_begin` / `capture_end`), so a call that
-        records no CUDA event asks torch whether its stream captures only while one is open
-        (docs/DEFINITIONS.md, "Hot path")."""
-        cls = getattr(module, "CUDAGraph", None)
-        if cls is None or getattr(cls.replay, "__tracekit_replay__", False):
-            return
-        orig = cls.replay
-        rec = self.recorder
-
-        @functools.wraps(orig)
-        def replay(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if rec.active:
-                try:
-                    rec.count_replay()
-                except Exception as exc:
-                    rec.fail("graph replay count", exc)
-            return orig(self, *args, **kwargs)
-
-        replay.__tracekit_replay__ = True  # type: ignore[attr-defined]
-        cls.replay = replay
-        _count_captures(cls, rec)
+        """torch.cuda.graphs' CUDAGraph hooked: replays and open captures counted."""
+        graphs.install(module, self.recorder)
 
     def mp_util_imported(self, module: ModuleType) -> None:
         # multiprocessing's fork children leave through os._exit (no atexit): close the recorder
@@ -139,41 +119,6 @@ class Runtime:
             module.Finalize(None, rec.close, exitpriority=100)
 
         module.register_after_fork(self.recorder, after_fork)
-
-
-def _count_captures(cls: Any, rec: Recorder) -> None:
-    """`cls.capture_begin` / `capture_end` wrapped to keep `rec._captures`, the captures begun
-    and not ended in the process (a begin that raises opened none; an end always closes one,
-    as CUDA ends the capture even when it reports an error). Set to 0 only once both are
-    wrapped: until then (None) every top-level call asks torch."""
-    begin, end = getattr(cls, "capture_begin", None), getattr(cls, "capture_end", None)
-    if begin is None or end is None:
-        return
-    lock = threading.Lock()
-
-    def add(n: int) -> None:
-        with lock:
-            rec._captures = (rec._captures or 0) + n
-
-    @functools.wraps(begin)
-    def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        add(1)  # before the capture starts: no top-level call skips the query inside it
-        try:
-            return begin(self, *args, **kwargs)
-        except BaseException:
-            add(-1)
-            raise
-
-    @functools.wraps(end)
-    def capture_end(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return end(self, *args, **kwargs)
-        finally:
-            add(-1)  # after it ended
-
-    cls.capture_begin, cls.capture_end = capture_begin, capture_end
-    with lock:
-        rec._captures = 0
 
 
 _RUNTIME: Runtime | None = None

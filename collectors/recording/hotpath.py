@@ -74,6 +74,14 @@ class HotPath(Lifecycle):
         self._info[id(site)] = info
         return info
 
+    def _in_capture(self, info: SiteInfo, in_cycle: bool) -> bool:
+        """At depth 0: whether the stream captures a CUDA graph, asked only where a capture or
+        a CUDA event can be (`asks_capture`; DEFINITIONS.md, "Hot path")."""
+        opens_cycle = not in_cycle and bool(info[1] or info[2])
+        return self.asks_capture(info[0] >= 0, opens_cycle) and bool(
+            self._cuda.is_current_stream_capturing()
+        )
+
     # Kept whole: the measured per-call path (docs/BENCHMARKS.md, "Collector overhead").
     def enter(self, site: Site) -> Frame | None:
         """Start a record; None means: pass straight through (tracekit's own call, torch.compile
@@ -100,13 +108,7 @@ class HotPath(Lifecycle):
             if info is None:
                 info = self._site_info(site)
             code = info[0]
-            # the capture query: at depth 0, where a capture or a CUDA event can be (DEFINITIONS.md, "Hot path")
-            if (
-                cuda_on
-                and not stack
-                and self.asks_capture(code >= 0, not ts.in_cycle and (info[1] or info[2]))
-                and self._cuda.is_current_stream_capturing()
-            ):
+            if cuda_on and not stack and self._in_capture(info, ts.in_cycle):
                 return None
             nv = self._nvtx
             prof = self.profile
@@ -338,10 +340,8 @@ def python_call(
         try:
             ts = getattr(rec._loc, "ts", None) or rec._thread()
             stack = ts.stack
-            # torch.compile's tracing, CUDA capture (asked at depth 0, where it can be)
-            state = rec.capture_state(
-                not stack and rec.asks_capture(True, starts_cycle and not ts.in_cycle)
-            )
+            ask = not stack and rec.asks_capture(True, starts_cycle and not ts.in_cycle)
+            state = rec.capture_state(ask)  # torch.compile's tracing, CUDA graph capture
             cuda_on = state > 0
             if state < 0 or ts.internal:
                 ts = None

@@ -143,12 +143,9 @@ class RecorderState:
         # path), the capture check (the wrappers' Dynamo check is collectors/compiled.py's gate)
         self._compiler: Any = None
         self._capturing: Callable[[], bool] | None = None
-        # torch CUDA graph captures open in the process (runtime.patch_graphs counts them),
-        # None until they are counted: every top-level call asks torch then
-        self._captures: int | None = None
+        self._captures: int | None = None  # torch captures open (collectors/graphs.py), or None
         self._cuda: Any = None
-        # the native hot path (collectors/recording/native.py) unless turned off
-        self._native: Any = NATIVE if config.native else None
+        self._native: Any = NATIVE if config.native else None  # recording/native.py, unless off
         self._ts_type: Any = ThreadState if self._native is None else self._native.ThreadState
         self._event_pool: list[Any] = []
         self._new_event: Callable[[], Any] | None = None  # set at the GPU calibration
