@@ -24,6 +24,7 @@ setup(
             "tracekit.collectors.recording._native",
             sources=[
                 f"{SRC}/_native_module.c",
+                f"{SRC}/_native_hot.c",
                 f"{SRC}/_native_hotpath.c",
                 f"{SRC}/_native_cuda.c",
                 f"{SRC}/_native_gpu.c",

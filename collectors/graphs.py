@@ -42,7 +42,7 @@ def count_captures(cls: Any, rec: Recorder) -> None:
     """`cls.capture_begin` / `capture_end` wrapped to keep `rec._captures`, the captures begun
     and not ended in the process (a begin that raises opened none; an end always closes one,
     as CUDA ends the capture even when it reports an error). Set to 0 only once both are
-    wrapped: until then (None) every top-level call asks torch."""
+    wrapped: until then (-1) every top-level call asks torch."""
     begin, end = getattr(cls, "capture_begin", None), getattr(cls, "capture_end", None)
     if begin is None or end is None:
         return
@@ -50,7 +50,7 @@ def count_captures(cls: Any, rec: Recorder) -> None:
 
     def add(n: int) -> None:
         with lock:
-            rec._captures = (rec._captures or 0) + n
+            rec._captures = max(rec._captures, 0) + n
 
     @functools.wraps(begin)
     def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:

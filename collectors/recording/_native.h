@@ -14,12 +14,23 @@ typedef struct {
     PyObject *bound;
 } TState;
 
+/* The recorder's hot attributes (_native_hot.c; state.py `HotState` on the Python path). */
+typedef struct {
+    PyObject_HEAD
+    char active;
+    long long cycle, captures, gpu_every, flush_bytes, flush_ns, last_flush;
+    PyObject *nvtx, *profile, *is_compiling, *compiler, *cuda, *capturing, *gpu_ref, *next_seq,
+        *rows, *loc;
+} Hot;
+
 extern PyTypeObject TStateType;
+extern PyTypeObject HotType;
 extern PyTypeObject PhaseCallType;
 
 int hotpath_init(PyObject *module);
 int cudaev_init(PyObject *module);
 int gpu_init(void);
+int hot_init(PyObject *module);
 
 /* _native_cuda.c: record a CudaEvent on torch's current stream (0; -1 with an error set), or 1
  * when `ev` is not one. */
@@ -28,14 +39,14 @@ int cudaev_record(PyObject *ev);
 /* _native_gpu.c: gpu.py's `_gpu_begin` (0, *ev the start event, a new reference, or NULL when
  * the call is not GPU-timed; -1 with an error set) and `_gpu_end` (0 or -1) on the recorder's
  * instance dict `d`; `offset` is the hot path's clock offset. */
-int gpu_begin(PyObject *rec, PyObject *d, TState *ts, long long cycle, long long offset,
+int gpu_begin(PyObject *rec, PyObject *d, Hot *h, TState *ts, long long cycle, long long offset,
               PyObject **ev);
 int gpu_end(PyObject *d, TState *ts, long long seq, PyObject *ev, long long cycle,
             long long offset);
 /* gpu.py `asks_capture`'s last rule: 1 when a top-level phase call at `cycle` may take a CUDA
  * event (a sampled cycle, the calibration, a call outside every cycle), 0 when it takes none,
  * -1 with an error set. */
-int gpu_may_time(PyObject *d, long long cycle);
+int gpu_may_time(Hot *h, long long cycle);
 /* `_drop_bound`: the thread's boundary slot emptied, its event out of `_bound_ids` (0 / -1). */
 int gpu_drop_bound(PyObject *d, TState *ts);
 

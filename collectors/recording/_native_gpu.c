@@ -14,12 +14,12 @@
 
 #include "_native.h"
 
-static PyObject *s_gpu_every, *s_gpu_ref, *s_pool, *s_new_event, *s_pending, *s_bound_ids,
+static PyObject *s_pool, *s_new_event, *s_pending, *s_bound_ids,
     *s_events_recorded, *s_share_gap, *s_record, *s_gpu_begin_py;
 
 int gpu_init(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1
-    I(s_gpu_every, "_gpu_every"); I(s_gpu_ref, "_gpu_ref"); I(s_pool, "_event_pool");
+    I(s_pool, "_event_pool");
     I(s_new_event, "_new_event"); I(s_pending, "_gpu_pending"); I(s_bound_ids, "_bound_ids");
     I(s_events_recorded, "events_recorded"); I(s_share_gap, "_share_gap_ns");
     I(s_record, "record"); I(s_gpu_begin_py, "_gpu_begin");
@@ -115,22 +115,17 @@ static PyObject *mark(PyObject *d) {
     return ev;
 }
 
-int gpu_may_time(PyObject *d, long long cycle) {
-    PyObject *ref = attr(d, s_gpu_ref);
-    long long every;
-    if (!ref || attr_ll(d, s_gpu_every, &every) < 0) return -1;
-    if (ref == Py_None || every <= 1 || cycle < 0) return 1; /* calibration; loose calls */
+int gpu_may_time(Hot *h, long long cycle) {
+    long long every = h->gpu_every;
+    if (!h->gpu_ref || h->gpu_ref == Py_None || every <= 1 || cycle < 0) return 1; /* calibration; loose calls */
     return sampled(cycle, every);
 }
 
-int gpu_begin(PyObject *rec, PyObject *d, TState *ts, long long cycle, long long offset,
+int gpu_begin(PyObject *rec, PyObject *d, Hot *h, TState *ts, long long cycle, long long offset,
               PyObject **out) {
     *out = NULL;
-    PyObject *ref = attr(d, s_gpu_ref);
-    long long every, gap;
-    if (!ref) return -1;
-    if (attr_ll(d, s_gpu_every, &every) < 0) return -1;
-    if (ref == Py_None || (every > 1 && cycle < 0)) { /* calibration; loose calls: Python */
+    long long every = h->gpu_every, gap;
+    if (!h->gpu_ref || h->gpu_ref == Py_None || (every > 1 && cycle < 0)) { /* calibration; loose calls: Python */
         PyObject *ev = PyObject_CallMethodOneArg(rec, s_gpu_begin_py, (PyObject *)ts);
         if (!ev) return -1;
         if (ev == Py_None) Py_DECREF(ev); else *out = ev;

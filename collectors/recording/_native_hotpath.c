@@ -29,24 +29,18 @@
 
 /* -- interned attribute names ------------------------------------------------------------ */
 
-static PyObject *s_active, *s_nvtx, *s_profile, *s_info, *s_is_compiling, *s_compiler,
-    *s_flag, *s_cuda, *s_initialized, *s_capturing, *s_loc, *s_ts, *s_thread, *s_cycle,
-    *s_next_seq, *s_accept, *s_rows, *s_flush_bytes, *s_flush_ns,
-    *s_last_flush, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key, *s_cycle_codes,
-    *s_captures;
+static PyObject *s_info, *s_flag, *s_initialized, *s_loc, *s_ts, *s_thread, *s_next_seq,
+    *s_accept, *s_rows, *s_flush, *s_fail, *s_probe_torch, *s_torch, *s_cache_key,
+    *s_cycle_codes;
 
 static int intern_names(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1
-    I(s_active, "active"); I(s_nvtx, "_nvtx"); I(s_profile, "profile"); I(s_info, "_info");
-    I(s_is_compiling, "_is_compiling"); I(s_compiler, "_compiler");
-    I(s_flag, "_is_compiling_flag"); I(s_cuda, "_cuda"); I(s_initialized, "_initialized");
-    I(s_capturing, "_capturing"); I(s_loc, "_loc"); I(s_ts, "ts"); I(s_thread, "_thread");
-    I(s_cycle, "cycle"); I(s_next_seq, "_next_seq"); I(s_accept, "_accept"); I(s_rows, "_rows");
-    I(s_flush_bytes, "_flush_bytes"); I(s_flush_ns, "_flush_ns");
-    I(s_last_flush, "_last_flush"); I(s_flush, "_flush_due"); I(s_fail, "fail");
+    I(s_info, "_info"); I(s_flag, "_is_compiling_flag"); I(s_initialized, "_initialized");
+    I(s_loc, "_loc"); I(s_ts, "ts"); I(s_thread, "_thread"); I(s_next_seq, "_next_seq");
+    I(s_accept, "_accept"); I(s_rows, "_rows"); I(s_flush, "_flush_due"); I(s_fail, "fail");
     I(s_probe_torch, "_probe_torch"); I(s_torch, "torch");
     I(s_cache_key, "tracekit.collectors.recording._native:thread");
-    I(s_cycle_codes, "_cycle_codes"); I(s_captures, "_captures");
+    I(s_cycle_codes, "_cycle_codes");
 #undef I
     return 0;
 }
@@ -109,20 +103,13 @@ PyTypeObject TStateType = {
 
 /* -- PhaseCall --------------------------------------------------------------------------- */
 
-/* A recorder int attribute read last time and its value: the same object again (the same
- * flush time, ...) needs no conversion. Holds a reference, so the pointer is never reused. */
-typedef struct {
-    PyObject *obj;
-    long long value;
-} IntCache;
-
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *rec, *dict, *fn, *site, *generic, *acc_path, *site_id, *code_obj;
     PyObject *cacc_path; /* a cycle target's acceptance rule (the site's cycle_accept_len) */
     PyObject *seq_fn, *seq_iter; /* the recorder's `_next_seq` and the count it belongs to */
-    IntCache last_flush, flush_ns, flush_bytes;
+    Hot *hot; /* the recorder's `_hot`: what every call reads, without a dict look-up */
     int starts_cycle;
     int cycle_site; /* a cycle target (with or without a phase) */
     int has_phase;  /* the site names a phase (a cycle-only target has none) */
@@ -166,36 +153,11 @@ static inline PyObject *dget(PyObject *d, PyObject *key) {
     return v;
 }
 
-static int dget_ll(PyObject *d, PyObject *key, long long *out) {
-    PyObject *v = PyDict_GetItemWithError(d, key);
-    if (!v) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, key);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int dget_cached(PyObject *d, PyObject *key, IntCache *c, long long *out) {
-    PyObject *v = PyDict_GetItemWithError(d, key);
-    if (v && v == c->obj) { *out = c->value; return 0; }
-    if (!v) {
-        if (!PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, key);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(v);
-    if (*out == -1 && PyErr_Occurred()) return -1;
-    Py_INCREF(v);
-    Py_XSETREF(c->obj, v);
-    c->value = *out;
-    return 0;
-}
-
 /* The recorder's next call number: `_next_seq()`, stepping its itertools.count directly
  * while `_next_seq` is the `__next__` of that count. */
-static PyObject *next_seq(PhaseCall *self, PyObject *d) {
-    PyObject *fn = dget(d, s_next_seq);
-    if (!fn) { PyErr_SetObject(PyExc_AttributeError, s_next_seq); return NULL; }
+static PyObject *next_seq(PhaseCall *self) {
+    PyObject *fn = self->hot->next_seq;
+    if (!fn || fn == Py_None) { PyErr_SetObject(PyExc_AttributeError, s_next_seq); return NULL; }
     if (fn != self->seq_fn) {
         PyObject *owner = PyObject_GetAttrString(fn, "__self__");
         if (!owner) PyErr_Clear();
@@ -221,9 +183,9 @@ static void report_failure(PhaseCall *self, const char *where) {
 }
 
 /* This thread's state (new reference), made by the recorder's `_thread` on first use. */
-static PyObject *thread_state(PyObject *rec, PyObject *d) {
-    PyObject *loc = dget(d, s_loc);
-    if (!loc) { PyErr_SetObject(PyExc_AttributeError, s_loc); return NULL; }
+static PyObject *thread_state(PyObject *rec, Hot *h) {
+    PyObject *loc = h->loc;
+    if (!loc || loc == Py_None) { PyErr_SetObject(PyExc_AttributeError, s_loc); return NULL; }
     PyObject *tdict = PyThreadState_GetDict(); /* borrowed; NULL only without a thread state */
     PyObject *hit = tdict ? PyDict_GetItemWithError(tdict, s_cache_key) : NULL;
     if (hit && PyTuple_GET_ITEM(hit, 0) == loc) {
@@ -254,14 +216,13 @@ static PyObject *thread_state(PyObject *rec, PyObject *d) {
 /* gpu.py `asks_capture` for a top-level call: 1 when a torch capture is open in the process
  * (or captures are not counted: `_captures` not 0), else 1 only for a phase call that may take
  * a CUDA event (gpu_may_time at the cycle it will have), 0 when it takes none; -1: error. */
-static int asks_capture(PhaseCall *self, PyObject *d, TState *ts) {
-    PyObject *n = dget(d, s_captures);
-    if (!n || !PyLong_CheckExact(n) || PyObject_IsTrue(n)) return 1;
+static int asks_capture(PhaseCall *self, TState *ts) {
+    Hot *h = self->hot;
+    if (h->captures != 0) return 1;
     if (!self->has_phase) return 0;
-    long long cycle;
-    if (dget_ll(d, s_cycle, &cycle) < 0) return -1;
+    long long cycle = h->cycle;
     if (!ts->in_cycle && (self->cycle_site || self->starts_cycle)) cycle += 1;
-    return gpu_may_time(d, cycle);
+    return gpu_may_time(h, cycle);
 }
 
 /* 1: torch.compile traces / exports, or the current stream captures a CUDA graph (pass
@@ -269,20 +230,21 @@ static int asks_capture(PhaseCall *self, PyObject *d, TState *ts) {
  * warm on the H200 host, 8-12 us right after a device wait; DEFINITIONS.md, "Hot path") only at
  * depth 0 (inside a recorded call the stream was not capturing when that call started), and
  * there only where `asks_capture` says a capture or a CUDA event can be. */
-static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, TState *ts, Py_ssize_t depth) {
-    PyObject *comp = dget(d, s_is_compiling);
+static int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
+    Hot *h = self->hot;
+    PyObject *comp = h->is_compiling;
     if (!comp || comp == Py_None) {
         PyObject *torch = PyDict_GetItemWithError(PyImport_GetModuleDict(), s_torch);
         if (!torch) return PyErr_Occurred() ? -1 : 0;
         PyObject *r = PyObject_CallMethodNoArgs(self->rec, s_probe_torch);
         if (!r) return -1;
         Py_DECREF(r);
-        comp = dget(d, s_is_compiling);
+        comp = h->is_compiling;
         if (!comp || comp == Py_None) return 0;
     }
     /* Dynamo never runs C code while it traces (the Python shim's first statement checks
      * it), so only the flag of export / AOT tracing / compile sessions is left to read. */
-    PyObject *compiler = dget(d, s_compiler);
+    PyObject *compiler = h->compiler;
     int skip;
     PyObject *r = (compiler && compiler != Py_None) ? PyObject_GetAttr(compiler, s_flag)
                                                     : PyObject_CallNoArgs(comp);
@@ -290,17 +252,17 @@ static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, TState *ts, Py_ssi
     skip = PyObject_IsTrue(r);
     Py_DECREF(r);
     if (skip) return skip;
-    PyObject *cuda = dget(d, s_cuda);
+    PyObject *cuda = h->cuda;
     if (!cuda || cuda == Py_None) return 0;
     r = PyObject_GetAttr(cuda, s_initialized);
     if (!r) return -1;
     *cuda_on = PyObject_IsTrue(r);
     Py_DECREF(r);
     if (*cuda_on <= 0 || depth) return *cuda_on < 0 ? -1 : 0;
-    int ask = asks_capture(self, d, ts);
+    int ask = asks_capture(self, ts);
     if (ask <= 0) return ask;
     /* the builtin behind torch.cuda.is_current_stream_capturing (the probe's), else that */
-    PyObject *cap = dget(d, s_capturing);
+    PyObject *cap = h->capturing;
     r = (cap && cap != Py_None) ? PyObject_CallNoArgs(cap)
                                 : PyObject_CallMethod(cuda, "is_current_stream_capturing", NULL);
     if (!r) return -1;
@@ -310,14 +272,7 @@ static int bypass(PhaseCall *self, PyObject *d, int *cuda_on, TState *ts, Py_ssi
 }
 
 /* The recorder's `cycle` += 1. */
-static int next_cycle(PyObject *d) {
-    long long c;
-    if (dget_ll(d, s_cycle, &c) < 0) return -1;
-    PyObject *nc = PyLong_FromLongLong(c + 1);
-    if (!nc || PyDict_SetItem(d, s_cycle, nc) < 0) { Py_XDECREF(nc); return -1; }
-    Py_DECREF(nc);
-    return 0;
-}
+static inline void next_cycle(Hot *h) { h->cycle += 1; }
 
 typedef struct {
     TState *ts;
@@ -330,7 +285,7 @@ typedef struct {
 /* The `enter` half; 0: recording (e filled), 1: pass through, -1: error. */
 static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     int cuda_on = 0;
-    PyObject *tso = thread_state(self->rec, d);
+    PyObject *tso = thread_state(self->rec, self->hot);
     if (!tso) return -1;
     if (!Py_IS_TYPE(tso, &TStateType)) {
         Py_DECREF(tso);
@@ -345,7 +300,7 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
         return -1;
     }
     Py_ssize_t depth = PyList_GET_SIZE(stack);
-    int skip = bypass(self, d, &cuda_on, ts, depth);
+    int skip = bypass(self, &cuda_on, ts, depth);
     if (skip || ts->internal) { Py_DECREF(tso); return skip ? skip : 1; }
     e->ts = ts; /* owned from here */
     e->depth = (int)depth;
@@ -354,19 +309,20 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     if (self->cycle_site && !ts->in_cycle) { /* a cycle target's call starts a cycle */
         ts->in_cycle = 1;
         e->ccode = (int)self->ccode;
-        if (next_cycle(d) < 0 || gpu_drop_bound(d, ts) < 0) return -1;
+        next_cycle(self->hot);
+        if (gpu_drop_bound(d, ts) < 0) return -1;
     }
     if (self->has_phase) {
         if (depth) {
             e->parent = (int)PyLong_AsLong(PyList_GET_ITEM(stack, depth - 1));
             if (e->parent == -1 && PyErr_Occurred()) return -1;
-        } else if (self->starts_cycle && !ts->in_cycle && next_cycle(d) < 0) {
-            return -1;
+        } else if (self->starts_cycle && !ts->in_cycle) {
+            next_cycle(self->hot);
         }
         if (PyList_Append(stack, self->code_obj) < 0) return -1;
     }
-    if (dget_ll(d, s_cycle, &e->cycle) < 0) return -1;
-    PyObject *seq = next_seq(self, d);
+    e->cycle = self->hot->cycle;
+    PyObject *seq = next_seq(self);
     if (!seq) {
         if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
         return -1;
@@ -376,7 +332,7 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     if (e->seq == -1 && PyErr_Occurred()) return -1;
     e->rep0 = ts->replays;
     if (cuda_on && depth == 0 && self->has_phase &&
-        gpu_begin(self->rec, d, ts, e->cycle, self->clock_offset, &e->ev) < 0)
+        gpu_begin(self->rec, d, self->hot, ts, e->cycle, self->clock_offset, &e->ev) < 0)
         return -1;
     e->start = now_ns(self->clock_offset);
     return 0;
@@ -462,7 +418,8 @@ static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
     TState *ts = e->ts;
     if (e->ev && gpu_end(d, ts, e->seq, e->ev, e->cycle, self->clock_offset) < 0) return -1;
     long long replays = ts->replays - e->rep0;
-    PyObject *rows = dget(d, s_rows);
+    Hot *h = self->hot;
+    PyObject *rows = h->rows;
     if (!rows) { PyErr_SetObject(PyExc_AttributeError, s_rows); return -1; }
     double acc;
     if (self->has_phase) {
@@ -488,12 +445,8 @@ static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
             return -1;
     }
     if (e->depth == 0) {
-        long long nb = PyByteArray_GET_SIZE(rows), fb, fns, last;
-        if (dget_cached(d, s_flush_bytes, &self->flush_bytes, &fb) < 0 ||
-            dget_cached(d, s_flush_ns, &self->flush_ns, &fns) < 0 ||
-            dget_cached(d, s_last_flush, &self->last_flush, &last) < 0)
-            return -1;
-        if ((nb >= fb || end - last >= fns) && (!ts->in_cycle || nb >= 4 * fb)) {
+        long long nb = PyByteArray_GET_SIZE(rows), fb = h->flush_bytes;
+        if ((nb >= fb || end - h->last_flush >= h->flush_ns) && (!ts->in_cycle || nb >= 4 * fb)) {
             PyObject *r = PyObject_CallMethodNoArgs(self->rec, s_flush);
             if (!r) return -1;
             Py_DECREF(r);
@@ -531,13 +484,9 @@ static void learn_codes(PhaseCall *self, PyObject *d) {
 
 static PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
     PyObject *d = self->dict;
-    PyObject *v = dget(d, s_active);
-    if (v != Py_True && (!v || PyObject_IsTrue(v) != 1)) {
-        PyErr_Clear();
-        return invoke(self->fn, c);
-    }
-    PyObject *nvtx = dget(d, s_nvtx), *prof = dget(d, s_profile);
-    if (!self->ready || nvtx != Py_None || prof != Py_None) {
+    Hot *h = self->hot;
+    if (!h->active) return invoke(self->fn, c);
+    if (!self->ready || h->nvtx != Py_None || h->profile != Py_None) {
         if (!self->ready) learn_codes(self, d);
         return invoke(self->generic, c);
     }
@@ -572,11 +521,19 @@ static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                                      &acc_path, &starts_cycle, &offset, &cycle, &has_phase,
                                      &cacc_path))
         return NULL;
+    PyObject *hot = PyObject_GetAttrString(rec, "_hot");
+    if (!hot) return NULL;
+    if (!Py_IS_TYPE(hot, &HotType)) {
+        Py_DECREF(hot);
+        PyErr_SetString(PyExc_TypeError, "the recorder's _hot is not the native Hot");
+        return NULL;
+    }
     PyObject *dict = PyObject_GenericGetDict(rec, NULL);
-    if (!dict) return NULL;
+    if (!dict) { Py_DECREF(hot); return NULL; }
     PhaseCall *self = (PhaseCall *)type->tp_alloc(type, 0);
-    if (!self) { Py_DECREF(dict); return NULL; }
+    if (!self) { Py_DECREF(dict); Py_DECREF(hot); return NULL; }
     self->dict = dict;
+    self->hot = (Hot *)hot;
     self->vectorcall = pc_vectorcall;
     Py_INCREF(rec); self->rec = rec;
     Py_INCREF(fn); self->fn = fn;
@@ -606,6 +563,7 @@ static PyObject *pc_direct(PhaseCall *self, PyObject *unused) {
     PhaseCall *d = (PhaseCall *)Py_TYPE(self)->tp_alloc(Py_TYPE(self), 0);
     if (!d) return NULL;
     d->dict = Py_NewRef(self->dict);
+    d->hot = (Hot *)Py_NewRef((PyObject *)self->hot);
     d->rec = Py_NewRef(self->rec);
     d->fn = Py_NewRef(self->fn);
     d->site = Py_NewRef(self->site);
@@ -645,7 +603,7 @@ static int pc_traverse(PhaseCall *self, visitproc visit, void *arg) {
     Py_VISIT(self->rec); Py_VISIT(self->dict); Py_VISIT(self->fn); Py_VISIT(self->site);
     Py_VISIT(self->generic); Py_VISIT(self->acc_path); Py_VISIT(self->cacc_path);
     Py_VISIT(self->seq_fn);
-    Py_VISIT(self->seq_iter); Py_VISIT(self->wdict);
+    Py_VISIT(self->seq_iter); Py_VISIT(self->wdict); Py_VISIT(self->hot);
     return 0;
 }
 
@@ -655,7 +613,7 @@ static int pc_clear(PhaseCall *self) {
     Py_CLEAR(self->site_id);
     Py_CLEAR(self->code_obj); Py_CLEAR(self->seq_fn); Py_CLEAR(self->seq_iter);
     Py_CLEAR(self->wdict);
-    Py_CLEAR(self->last_flush.obj); Py_CLEAR(self->flush_ns.obj); Py_CLEAR(self->flush_bytes.obj);
+    Py_CLEAR(self->hot);
     return 0;
 }
 

@@ -16,7 +16,7 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&native_module);
     if (!m) return NULL;
-    if (hotpath_init(m) < 0 || cudaev_init(m) < 0 || gpu_init() < 0) {
+    if (hot_init(m) < 0 || hotpath_init(m) < 0 || cudaev_init(m) < 0 || gpu_init() < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -87,18 +87,17 @@ class HotPath(Lifecycle):
         """Start a record; None means: pass straight through (tracekit's own call, torch.compile
         tracing, CUDA graph capture, or a recorder failure)."""
         try:
-            # First, before touching anything else: torch.compile traces this code too.
-            comp = self._is_compiling
+            comp = (hot := self._hot).is_compiling  # first: torch.compile traces this code too
             if comp is None and "torch" in _modules:
                 self._probe_torch()
-                comp = self._is_compiling
+                comp = hot.is_compiling
             cuda_on = False
             if comp is not None:
                 if comp():
                     return None
-                cuda_on = self._cuda._initialized
+                cuda_on = hot.cuda._initialized
             try:
-                ts = self._loc.ts
+                ts = hot.loc.ts
             except AttributeError:
                 ts = self._thread()
             if ts.internal:
@@ -110,8 +109,8 @@ class HotPath(Lifecycle):
             code = info[0]
             if cuda_on and not stack and self._in_capture(info, ts.in_cycle):
                 return None
-            nv = self._nvtx
-            prof = self.profile
+            nv = hot.nvtx
+            prof = hot.profile
             ccode = -1
             rf = rfc = None
             qualified = False
@@ -120,11 +119,11 @@ class HotPath(Lifecycle):
                 ccode = self._cycle_codes.get(id(site), -1)
                 if ccode < 0:
                     ccode = self._new_code(site, "cycle")
-                self.cycle += 1
+                hot.cycle += 1
                 if ts.bound is not None:
                     self._drop_bound(ts)
                 if prof is not None:
-                    prof.cycle_start(self.cycle, target=True)  # counts; opens no range
+                    prof.cycle_start(hot.cycle, target=True)  # counts; opens no range
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[ccode])
             depth = len(stack)
@@ -133,15 +132,15 @@ class HotPath(Lifecycle):
                 if depth:
                     parent = stack[-1]
                 elif info[2] and not ts.in_cycle:  # the map's `starts_with` phase
-                    self.cycle += 1
+                    hot.cycle += 1
                     if prof is not None:
-                        prof.cycle_start(self.cycle)
+                        prof.cycle_start(hot.cycle)
                 stack.append(code)
                 if nv is not None:
                     nv.push_range(self._nvtx_attrs[code])
                 if prof is not None:
-                    qualified = prof.phase_start(site.phase, self.cycle)
-            seq = self._next_seq()
+                    qualified = prof.phase_start(site.phase, hot.cycle)
+            seq = hot.next_seq()
             # CUDA events for top-level phases only (a cycle-only target has none: merge keeps
             # no GPU times for cycles), on the sampled cycles, shared at boundaries
             ev = self._gpu_begin(ts) if cuda_on and depth == 0 and code >= 0 else None
@@ -156,7 +155,7 @@ class HotPath(Lifecycle):
                 if code >= 0:
                     rf = prof.range(f"tracekit/{site.phase}")
             return (
-                info, code, self.cycle, depth, parent, ts, seq, ts.replays, ev, ccode, rf, rfc,
+                info, code, hot.cycle, depth, parent, ts, seq, ts.replays, ev, ccode, rf, rfc,
                 start,
             )  # fmt: skip
         except Exception as exc:
@@ -323,6 +322,7 @@ def python_call(
     a phase site that is no cycle target; `rules` = (starts_cycle, accept path, the Dynamo
     check, its trace-time note)."""
     starts_cycle, acc_path, dyn, noted = rules
+    hot = rec._hot  # the recorder's hot attributes (collectors/recording/hot.py)
     next_seq = rec._next_seq
     code = -1  # the site's phase code, known after its first call
 
@@ -331,14 +331,14 @@ def python_call(
         if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
             noted()
             return fn(*args, **kwargs)
-        if not rec.active:
+        if not hot.active:
             return fn(*args, **kwargs)
-        if code < 0 or rec._nvtx is not None or rec.profile is not None:
+        if code < 0 or hot.nvtx is not None or hot.profile is not None:
             code = rec._info.get(id(site), (code,))[0]  # known once `generic` registered it
             return generic(*args, **kwargs)
         ts: ThreadState | None = None  # -- enter
         try:
-            ts = getattr(rec._loc, "ts", None) or rec._thread()
+            ts = getattr(hot.loc, "ts", None) or rec._thread()
             stack = ts.stack
             ask = not stack and rec.asks_capture(True, starts_cycle and not ts.in_cycle)
             state = rec.capture_state(ask)  # torch.compile's tracing, CUDA graph capture
@@ -349,9 +349,9 @@ def python_call(
                 depth = len(stack)
                 parent = stack[-1] if depth else -1
                 if not depth and starts_cycle and not ts.in_cycle:
-                    rec.cycle += 1
+                    hot.cycle += 1
                 stack.append(code)
-                cycle = rec.cycle
+                cycle = hot.cycle
                 seq = next_seq()
                 rep0 = ts.replays
                 ev = rec._gpu_begin(ts) if cuda_on and depth == 0 else None
@@ -376,15 +376,15 @@ def python_call(
                 acc = _NAN
                 if ok and acc_path is not None:
                     acc = rec._accept(result, acc_path, (), None, site, seq)
-                rows = rec._rows
+                rows = hot.rows
                 rows += _pack(
                     code, cycle, depth, parent, ts.tid, seq, start, end,
                     ts.replays - rep0, acc, ok,
                 )  # fmt: skip
                 if depth == 0:
                     n = len(rows)
-                    if (n >= rec._flush_bytes or end - rec._last_flush >= rec._flush_ns) and (
-                        not ts.in_cycle or n >= 4 * rec._flush_bytes
+                    if (n >= hot.flush_bytes or end - hot.last_flush >= hot.flush_ns) and (
+                        not ts.in_cycle or n >= 4 * hot.flush_bytes
                     ):
                         rec._flush_due()
             except Exception as exc:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracekit.collectors.recording import hot
 from tracekit.collectors.recording.doorbell import Doorbell
 from tracekit.collectors.recording.native import NATIVE
 from tracekit.collectors.segments import SegmentLog
@@ -114,9 +115,29 @@ SiteInfo = tuple[int, bool, bool, Any, Any, "Site"]
 
 
 class RecorderState:
-    """The attributes of a recorder, and what every layer above uses."""
+    """The attributes of a recorder, and what every layer above uses. Those the hot path reads
+    every call live in `_hot` (collectors/recording/hot.py: these names are properties over it)."""
+
+    active: bool
+    cycle: int
+    _captures: int  # torch captures open (collectors/graphs.py); -1: not counted
+    _gpu_every: int
+    _flush_bytes: int
+    _flush_ns: int
+    _last_flush: int
+    _nvtx: Any
+    profile: ProfileWindow | None
+    _is_compiling: Callable[[], bool] | None
+    _compiler: Any
+    _cuda: Any
+    _capturing: Callable[[], bool] | None
+    _gpu_ref: tuple[Any, int] | None
+    _next_seq: Callable[[], int]
+    _rows: bytearray
+    _loc: threading.local
 
     def __init__(self, config: RecorderConfig) -> None:
+        self._hot = hot.new_hot(NATIVE if config.native else None)
         self.config = config
         self.active = True
         self.pid = os.getpid()
@@ -136,15 +157,15 @@ class RecorderState:
         self._last_flush = time.time_ns()
         self._stream: StreamWriter | None = None  # the open segment (closed at exit)
         self._segments = SegmentLog(config.retention)
-        self._nvtx: Any = None
+        self._nvtx = None
         self._nvtx_ready = False
-        self._is_compiling: Callable[[], bool] | None = None
+        self._is_compiling = None
         # what the torch probe finds besides: the owner of the compile flag (read by the native
         # path), the capture check (the wrappers' Dynamo check is collectors/compiled.py's gate)
-        self._compiler: Any = None
-        self._capturing: Callable[[], bool] | None = None
-        self._captures: int | None = None  # torch captures open (collectors/graphs.py), or None
-        self._cuda: Any = None
+        self._compiler = None
+        self._capturing = None
+        self._captures = -1
+        self._cuda = None
         self._native: Any = NATIVE if config.native else None  # recording/native.py, unless off
         self._ts_type: Any = ThreadState if self._native is None else self._native.ThreadState
         self._event_pool: list[Any] = []
@@ -153,7 +174,7 @@ class RecorderState:
         self._loose = 0  # top-level calls outside every cycle so far (sampling without cycles)
         self._bound_ids: set[int] = set()  # id() of events held by a thread's boundary slot
         self.events_recorded = 0  # CUDA event records (calibration excluded)
-        self._gpu_ref: tuple[Any, int] | None = None
+        self._gpu_ref = None
         self._failed = False
         self._accept_off: set[int] = set()  # id() of accept rules disabled after a failure
         # per-request numbers of accept rules, (row key, "t" tokens | "d" drafted, numbers),
@@ -170,7 +191,7 @@ class RecorderState:
         self._sites: list[dict[str, Any]] = []
         self._nvtx_attrs: list[Any] = []
         self._sites_written = 0
-        self.profile: ProfileWindow | None = None
+        self.profile = None
         self.patched: list[str] = []
         self.unresolved: dict[str, str] = {}
         self.process_info: dict[str, Any] = {}
@@ -280,3 +301,6 @@ class RecorderState:
     def flushing_here(self) -> bool:
         """True when this thread is inside `flush` (a signal handler interrupted it)."""
         return self._flush_owner == threading.get_ident()
+
+
+hot.install(RecorderState)

@@ -478,7 +478,7 @@ def test_with_no_capture_open_only_a_call_that_takes_cuda_events_asks(
     cuda = CapturingCuda()
     rec = _recorder(tmp_path, cuda, flush_records=10**6, native=use_native, gpu_sample=8)
     graphs = _graphs_module()
-    assert rec._captures is None  # not counted yet: every top-level call asks
+    assert rec._captures == -1  # not counted yet: every top-level call asks
     pmap = pm.parse('[[phase]]\nname = "verify"\ntargets = ["m:ve"]\n')
     Runtime(rec, PostImportHook(), pmap).patch_graphs(graphs)
     assert rec._captures == 0
