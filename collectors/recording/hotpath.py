@@ -322,8 +322,7 @@ def python_call(
     a phase site that is no cycle target; `rules` = (starts_cycle, accept path, the Dynamo
     check, its trace-time note)."""
     starts_cycle, acc_path, dyn, noted = rules
-    hot = rec._hot  # the recorder's hot attributes (collectors/recording/hot.py)
-    next_seq = rec._next_seq
+    hot, next_seq = rec._hot, rec._next_seq  # hot: collectors/recording/hot.py
     code = -1  # the site's phase code, known after its first call
 
     def call(*args: Any, **kwargs: Any) -> Any:

@@ -162,8 +162,7 @@ class RecorderState:
         self._is_compiling = None
         # what the torch probe finds besides: the owner of the compile flag (read by the native
         # path), the capture check (the wrappers' Dynamo check is collectors/compiled.py's gate)
-        self._compiler = None
-        self._capturing = None
+        self._compiler = self._capturing = None
         self._captures = -1
         self._cuda = None
         self._native: Any = NATIVE if config.native else None  # recording/native.py, unless off
