@@ -249,6 +249,7 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
     native hot path where the site allows: `_fast_path`); not yet (it may compile now), the
     call's start is kept for a record made when it returns."""
     marker: list[Any] = [b, None, False]  # this thread's current call, once `b.site` is known
+    hot = rec._hot  # the recorder's hot attributes (collectors/recording/hot.py)
     from tracekit.collectors.recording.state import now_ns
 
     def generic(*args: Any, **kwargs: Any) -> Any:
@@ -275,7 +276,7 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
             if site is None:  # also while recording is off: a compile now must find its caller
                 return _discovering(compiled, b, rec, now_ns, args, kwargs)
             fn = body[0] = _fast_path(rec, compiled, site, generic)
-        if not rec.active:
+        if not hot.active:
             return compiled(*args, **kwargs)
         # this thread's current compiled call: a recompile during it finds its boundary
         prev = getattr(_tls, "call", None)

@@ -23,12 +23,13 @@ def install(module: ModuleType, rec: Recorder) -> None:
     if cls is None or getattr(cls.replay, REPLAY_MARK, False):
         return
     orig = cls.replay
+    hot = rec._hot  # read directly: a replay's count is on the program's hot path too
 
     @functools.wraps(orig)
     def replay(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if rec.active:
+        if hot.active:
             try:
-                rec.count_replay()
+                (getattr(hot.loc, "ts", None) or rec._thread()).replays += 1
             except Exception as exc:
                 rec.fail("graph replay count", exc)
         return orig(self, *args, **kwargs)
