@@ -285,13 +285,6 @@ class HotPath(Lifecycle):
             (*r[:9], None if r[9] != r[9] else r[9], r[10]) for r in _ROW.iter_unpack(self._rows)
         ]
 
-    def count_replay(self) -> None:
-        try:
-            ts = self._loc.ts
-        except AttributeError:
-            ts = self._thread()
-        ts.replays += 1
-
 
 def _native_shim(
     fn: Callable[..., Any], native: Any, dyn: Callable[[], bool], noted: Callable[[], bool]

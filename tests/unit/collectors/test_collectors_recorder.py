@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.collectors._graph_replays import graph_replay
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.recording.hotpath import as_accept_len
@@ -376,15 +377,16 @@ def test_inlined_phase_path_records_what_enter_exit_record(tmp_path: Path) -> No
     def run(name: str, inlined: bool) -> list[dict[str, Any]]:
         rec = Recorder(RecorderConfig(raw_dir=tmp_path / name / "raw", flush_records=7))
         hooks: Any = rec if inlined else _PlainHooks(rec)
+        replay = graph_replay(rec)
 
         def draft(fail: bool) -> None:
-            rec.count_replay()
+            replay()
             if fail:
                 raise ValueError("draft failed")
 
         def verify(n: int) -> Out:
             ar()
-            rec.count_replay()
+            replay()
             ar()
             return Out(n)
 

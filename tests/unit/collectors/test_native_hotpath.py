@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.collectors._graph_replays import graph_replay
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.recording import native
@@ -54,15 +55,16 @@ def _rows(rec: Recorder) -> list[tuple[Any, ...]]:
 def _program(rec: Recorder) -> dict[str, Any]:
     """Phases nested in cycles, a cycle target that is a phase too, a `starts_with` phase
     outside cycles, acceptance from a return value, graph replays, a call that raises."""
+    replay = graph_replay(rec)
 
     def draft(fail: bool) -> None:
-        rec.count_replay()
+        replay()
         if fail:
             raise ValueError("draft failed")
 
     def verify(n: int) -> Out:
         ar()
-        rec.count_replay()
+        replay()
         ar(k=1)
         return Out(n)
 
