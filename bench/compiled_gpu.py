@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 HF = HERE / "hf_static_compile.py"
 TRACED_KINDS = (
     "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
-    "assisted", "assisted8", "every", "assisted1",
+    "assisted", "assisted8", "every", "assisted1", "bare",
 )  # fmt: skip
 # kinds that set --gpu-sample (the others: launch's default); noevents: no CUDA event after
 # the first cycle
@@ -118,6 +118,8 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
                 phases = assisted_phases
             if kind == "noflush":
                 cmd.append("--no-flush")
+            if kind == "bare":  # traced, the boundary's recorded call replaced by a plain call
+                cmd.append("--bare-boundary")
             if kind == "profile":  # the program's thread profiled by recording state
                 cmd = [cmd[0], str(AB_PROFILE), "--out", str(out / f"prof-{i}"), "--", *cmd]
             if kind in TRACED_KINDS:
@@ -156,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         "resolution on the flush thread, while the generates run), profile (traced, the program's "
         "thread under cProfile split by recording state: bench/ab_profile.py), assisted / "
         "assisted1 / assisted8 (HF assisted generation, eager, a 1-layer draft; traced with its "
-        "map, the defaults / --gpu-sample 1 / 8)",
+        "map, the defaults / --gpu-sample 1 / 8), bare (traced, the compiled boundary's recorded "
+        "call replaced by a plain call: hf_static_compile.py --bare-boundary)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

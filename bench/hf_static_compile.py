@@ -100,8 +100,27 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="assisted generation (eager, a 1-layer draft model) instead of the compiled "
         "static-cache generate; map ASSISTED_TOML",
     )
+    p.add_argument(
+        "--bare-boundary",
+        action="store_true",
+        help="an experiment (issue 25): under tracekit launch, the compiled boundary calls the "
+        "compiled function itself once its site is known (its frame, thread-local marker and "
+        "the replay count kept, no recorded call): what recording costs besides the call",
+    )
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
+
+
+def _bare_boundary() -> None:
+    """`--bare-boundary`: collectors/compiled.py's `_fast_path` replaced by a plain call."""
+    compiled_mod = sys.modules.get("tracekit.collectors.compiled")
+    if compiled_mod is None:
+        raise SystemExit("--bare-boundary: run under tracekit launch")
+
+    def bare(_rec: Any, compiled: Any, _site: Any, _generic: Any) -> Any:
+        return lambda args, kwargs: compiled(*args, **kwargs)
+
+    compiled_mod._fast_path = bare  # type: ignore[attr-defined]
 
 
 def _recording_switch() -> Any:
@@ -114,6 +133,8 @@ def _recording_switch() -> Any:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = _args(argv)
+    if args.bare_boundary:
+        _bare_boundary()
     import torch
     from torch._dynamo.utils import counters
     from transformers import LlamaConfig, LlamaForCausalLM
