@@ -117,7 +117,8 @@ static PyObject *mark(PyObject *d) {
 
 int gpu_may_time(Hot *h, long long cycle) {
     long long every = h->gpu_every;
-    if (!h->gpu_ref || h->gpu_ref == Py_None || every <= 1 || cycle < 0) return 1; /* calibration; loose calls */
+    /* the calibration, a call outside every cycle: Python decides (conservatively: it may) */
+    if (!h->gpu_ref || h->gpu_ref == Py_None || every <= 1 || cycle < 0) return 1;
     return sampled(cycle, every);
 }
 
@@ -125,7 +126,8 @@ int gpu_begin(PyObject *rec, PyObject *d, Hot *h, TState *ts, long long cycle, l
               PyObject **out) {
     *out = NULL;
     long long every = h->gpu_every, gap;
-    if (!h->gpu_ref || h->gpu_ref == Py_None || (every > 1 && cycle < 0)) { /* calibration; loose calls: Python */
+    /* the calibration; calls outside every cycle: Python */
+    if (!h->gpu_ref || h->gpu_ref == Py_None || (every > 1 && cycle < 0)) {
         PyObject *ev = PyObject_CallMethodOneArg(rec, s_gpu_begin_py, (PyObject *)ts);
         if (!ev) return -1;
         if (ev == Py_None) Py_DECREF(ev); else *out = ev;

@@ -3,8 +3,9 @@
  * (setup.py); collectors/recording/native.py loads it, or says why the Python path is used.
  *
  * PhaseCall does, per call, exactly what the Python body in hotpath.py (`HotPath.sync_call`)
- * does, in the same order, reading and writing the same recorder attributes (through the
- * recorder's instance dict), so both write identical rows (tests/unit/collectors/
+ * does, in the same order, reading and writing the same recorder attributes (those every call
+ * reads as the fields of its `_hot`, _native_hot.c; the rest through the recorder's instance
+ * dict), so both write identical rows (tests/unit/collectors/
  * test_native_hotpath.py runs them side by side). Everything it does not handle itself (a
  * site's first calls, an NVTX tool, a profiler window, the GPU calibration) it hands to the
  * same Python methods the Python body calls, or to `generic`, the wrapper's plain enter/exit
