@@ -17,7 +17,7 @@ steps of three kinds, each in ABBA blocks of recording on and off:
   the first Python code after a long device wait costs).
 
 `KIND_noquery` (`--kinds`): the same with the recorder's capture query replaced by a C no-op;
-`KIND_counted`: with torch's captures counted and none open (what `runtime.patch_graphs` sets
+`KIND_counted`: with torch's captures counted and none open (what `collectors/graphs.py` sets
 up in a launched program), so a call that takes no CUDA event does not ask.
 On the native path (cycle targets included, since 9ae72db) `enter_us` / `exit_us` stay 0: the
 call never reaches the Python `enter` / `exit`.

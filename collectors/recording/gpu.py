@@ -126,9 +126,9 @@ class GpuEvents(RecorderState):
         cycle is the next one)."""
         if self._captures != 0:
             return True
-        every = self._gpu_every
         if not phase:
             return False
+        every = self._gpu_every
         if every <= 1 or self._gpu_ref is None:
             return True
         cycle = self.cycle + 1 if opens_cycle else self.cycle
