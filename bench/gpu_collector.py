@@ -24,7 +24,8 @@ In order, each part written out before the next starts (the budget skips what do
    are the default); `abnoev`: part 2 with `--gpu-sample 1000000` (CPU clocks only after the
    first cycle: what the CUDA events cost); `abnoflush`: part 2 with no flush while the
    cycles run; `abbare`: neither events nor flush (the hot path alone); `ab8`: part 2
-   with `--gpu-sample 8`; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`);
+   with `--gpu-sample 8` (launch's default), `ab8noflush` the same with no flush while the
+   cycles run; `abpy`: part 2 on the Python hot path (`TRACEKIT_NATIVE=0`);
    `abprof` (last): part 2 with the demo's thread under cProfile, one profile for the "on"
    blocks and one for the "off" (bench/ab_profile.py; OUT/prof_abprof_PATH/diff.json): which
    functions run only while recording, and how often. Beside each A/B: on minus off in µs
@@ -622,7 +623,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         for k in ("cycle_events_per_cycle", "cycle_sample8_events_per_cycle"):
             if k in m:
                 lines.append(f"  {k}: {m[k]}")
-    for key in ("ab", "abtorch", "abnoev", "abdrv", "ab8", "abpy", "abprof"):
+    for key in ("ab", "abtorch", "abnoev", "abdrv", "ab8", "ab8noflush", "abpy", "abprof"):
         for path, r in (results.get(key) or {}).items():
             if "cost_pct" in r:
                 lines.append(
@@ -694,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
         # neither: the hot path alone (no CUDA event after cycle 0, no flush while it runs)
         ("abbare", lambda: b.ab("abbare", 1_000_000, program_env=NO_FLUSH_ENV), 60.0),
         ("ab8", lambda: b.ab("ab8", a.sample_n), 60.0),
+        # the defaults (one cycle in `--sample-n` GPU-timed) with no flush while the cycles run
+        ("ab8noflush", lambda: b.ab("ab8noflush", a.sample_n, program_env=NO_FLUSH_ENV), 60.0),
         ("abpy", lambda: b.ab("abpy", 1, {"TRACEKIT_NATIVE": "0"}), 60.0),
         ("sampling", b.sampling, 60.0),
         ("abprof", lambda: b.ab("abprof", 1, profile=True), 60.0),  # where the cost goes
