@@ -34,8 +34,11 @@ HERE = Path(__file__).resolve().parent
 HF = HERE / "hf_static_compile.py"
 TRACED_KINDS = (
     "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
-    "assisted", "assisted8", "every", "assisted1", "bare",
+    "assisted", "assisted8", "every", "assisted1", "bare", "step", "stepbare", "stepnorep",
 )  # fmt: skip
+# kinds that switch recording inside the generates, in blocks of this many decode calls
+# (hf_static_compile.py --step-ab), each call timed on the host
+STEP_AB_BLOCK = 8
 # kinds that set --gpu-sample (the others: launch's default); noevents: no CUDA event after
 # the first cycle
 GPU_SAMPLE = {"sample8": 8, "assisted8": 8, "every": 1, "assisted1": 1, "noevents": 1_000_000}
@@ -118,8 +121,10 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
                 phases = assisted_phases
             if kind == "noflush":
                 cmd.append("--no-flush")
-            if kind == "bare":  # traced, the boundary's recorded call replaced by a plain call
-                cmd.append("--bare-boundary")
+            if kind in ("bare", "stepbare", "stepnorep"):
+                cmd.append("--bare-boundary")  # the boundary's recorded call: a plain call
+            if kind == "stepnorep":
+                cmd.append("--no-replay-count")
             if kind == "profile":  # the program's thread profiled by recording state
                 cmd = [cmd[0], str(AB_PROFILE), "--out", str(out / f"prof-{i}"), "--", *cmd]
             if kind in TRACED_KINDS:
@@ -127,7 +132,8 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
                 if kind in GPU_SAMPLE:
                     extra += ["--gpu-sample", str(GPU_SAMPLE[kind])]
                 extra += ["--flush-interval", "600"] if kind == "noflush" else []
-                cmd = _launch(out, name, "light", extra, [*cmd, "--ab"])
+                ab = ["--step-ab", str(STEP_AB_BLOCK)] if kind.startswith("step") else ["--ab"]
+                cmd = _launch(out, name, "light", extra, [*cmd, *ab])
             elif kind != "alone":
                 raise SystemExit(f"compiled_gpu.py: unknown kind {kind!r} (see --kinds)")
             if kind == "torchevents":  # torch's CUDA events, not the driver API's (the default)
@@ -159,7 +165,9 @@ def main(argv: list[str] | None = None) -> None:
         "thread under cProfile split by recording state: bench/ab_profile.py), assisted / "
         "assisted1 / assisted8 (HF assisted generation, eager, a 1-layer draft; traced with its "
         "map, the defaults / --gpu-sample 1 / 8), bare (traced, the compiled boundary's recorded "
-        "call replaced by a plain call: hf_static_compile.py --bare-boundary)",
+        "call replaced by a plain call: hf_static_compile.py --bare-boundary); step / stepbare / "
+        "stepnorep: traced / bare / bare without the replay count, recording switched inside "
+        "the generates every 8 decode calls, each call timed (--step-ab 8)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

@@ -107,8 +107,74 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "compiled function itself once its site is known (its frame, thread-local marker and "
         "the replay count kept, no recorded call): what recording costs besides the call",
     )
+    p.add_argument(
+        "--step-ab",
+        type=int,
+        default=0,
+        metavar="BLOCK",
+        help="under `tracekit launch`: switch recording inside the generates, in ABBA blocks of "
+        "BLOCK compiled decode calls (after the first generate), and time each call on the host "
+        "(`call_ms`: the compiled call, its return after the graph launch; `step_ms`: from this "
+        "call's start to the next one's, the decode step): µs a call, on minus off, in one "
+        "process (overhead_ab.step_difference)",
+    )
+    p.add_argument(
+        "--no-replay-count",
+        action="store_true",
+        help="an experiment (issue 25): under tracekit launch, torch's CUDAGraph.replay without "
+        "tracekit's replay count",
+    )
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
+
+
+class StepAB:
+    """`--step-ab`: recording switched in ABBA blocks of compiled decode calls, each call timed
+    on the host; the series in the result as the demo's A/B writes them (`ab_on`, `ab_blocks`,
+    `after_prefill`: the calls left out, those of the first, compiling, generate)."""
+
+    def __init__(self, block: int, switch: Any) -> None:
+        self.block, self.switch = block, switch
+        self.on: list[bool] = []
+        self.call_ms: list[float] = []
+        self.step_ms: list[float] = []
+        self.left_out: list[bool] = []
+        self.generate = 0
+        self._last: int | None = None  # the previous call's start in this generate
+        self._state: bool | None = None
+
+    def new_generate(self, i: int) -> None:
+        """Generate `i` begins: the last call of the one before had no next call (no step)."""
+        if self.left_out:
+            self.left_out[-1] = True
+        self.generate, self._last = i, None
+
+    def call(self, compiled: Any, a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+        n = len(self.on)
+        on = (n // self.block) % 4 in (0, 3)
+        if on != self._state:
+            self.switch(on)
+            self._state = on
+        t0 = time.perf_counter_ns()
+        out = compiled(*a, **k)
+        t1 = time.perf_counter_ns()
+        if self._last is not None:  # the previous call's step: its start to this one's
+            self.step_ms[-1] = (t0 - self._last) / 1e6
+        self._last = t0
+        self.on.append(on)
+        self.call_ms.append((t1 - t0) / 1e6)
+        self.step_ms.append((t1 - t0) / 1e6)  # replaced by the step once the next call starts
+        self.left_out.append(self.generate == 0)
+        return out
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "ab_on": self.on,
+            "ab_blocks": self.block,
+            "after_prefill": self.left_out,
+            "call_ms": self.call_ms,
+            "step_ms": self.step_ms,
+        }
 
 
 def _bare_boundary() -> None:
@@ -121,6 +187,16 @@ def _bare_boundary() -> None:
         return lambda args, kwargs: compiled(*args, **kwargs)
 
     compiled_mod._fast_path = bare  # type: ignore[attr-defined]
+
+
+def _no_replay_count() -> None:
+    """`--no-replay-count`: tracekit's hook of `CUDAGraph.replay` (collectors/graphs.py) undone."""
+    import torch.cuda.graphs as graphs
+
+    replay = graphs.CUDAGraph.replay
+    if not getattr(replay, "__tracekit_replay__", False):
+        raise SystemExit("--no-replay-count: run under tracekit launch on CUDA")
+    graphs.CUDAGraph.replay = replay.__wrapped__  # type: ignore[attr-defined,method-assign]
 
 
 def _recording_switch() -> Any:
@@ -136,6 +212,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.bare_boundary:
         _bare_boundary()
     import torch
+
+    if args.no_replay_count:
+        _no_replay_count()
     from torch._dynamo.utils import counters
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.generation.configuration_utils import CompileConfig
@@ -164,6 +243,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         def counted(*a: Any, **k: Any) -> Any:
             counts["decode_calls"] += 1
+            if step_ab is not None:
+                return step_ab.call(compiled, a, k)
             return compiled(*a, **k)
 
         return counted
@@ -184,6 +265,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     wall_s: list[float] = []
     thread_s: list[float] = []  # this thread's CPU time: not inflated by time slices lost to others
     switch = _recording_switch() if args.ab else None
+    step_ab = StepAB(args.step_ab, _recording_switch()) if args.step_ab else None
+    if step_ab is not None and step_ab.switch is None:
+        raise SystemExit("--step-ab: run under tracekit launch")
     if args.no_flush and switch is not None:
         rec = switch.__self__
         rec._flush_n, rec._flush_bytes = 10**8, 10**12
@@ -194,6 +278,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             on = i == 0 or (i - 1) % 4 in (0, 3)  # ABBA after the first (compiling) generate
             if switch is not None:
                 switch(on)
+            if step_ab is not None:
+                step_ab.new_generate(i)
             recording.append(on if switch is not None else _recording_switch() is not None)
             prompt = torch.randint(1, cfg.vocab_size, (1, args.prompt_len), generator=gen)
             prompt = prompt.to(args.device)
@@ -226,6 +312,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "thread_s": thread_s,
         "gc_s": gc_s,
         "recording": recording,
+        **(step_ab.result() if step_ab is not None else {}),
     }
     text = json.dumps(result)
     print(text)

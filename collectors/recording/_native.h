@@ -31,6 +31,7 @@ int hotpath_init(PyObject *module);
 int cudaev_init(PyObject *module);
 int gpu_init(void);
 int hot_init(PyObject *module);
+int io_init(PyObject *module);
 
 /* _native_cuda.c: record a CudaEvent on torch's current stream (0; -1 with an error set), or 1
  * when `ev` is not one. */

@@ -7,7 +7,8 @@ through a FIFO `<pid>.fifo` in the run's control directory (`TRACEKIT_CONTROL_DI
 that SIGKILLs its workers the moment it is told to stop (vLLM's API server does, with a
 timeout of 0 s) would otherwise lose what they recorded since their last flush.
 
-The thread blocks in `poll` on both (no polling, the GIL released). The FIFO is opened for
+The thread blocks in `poll` on both (no polling, the GIL released; on the native path the poll
+and the drain are one call, `_native.poll_drain`). The FIFO is opened for
 reading and writing by its own process: it always has a writer, so `poll` never reports an
 end of file after the launcher's write end closes, and the launcher's non-blocking open fails
 (ENXIO) only once the process is gone. Bytes: `w` a wake from this process, `f` a flush the
@@ -21,6 +22,9 @@ import os
 import select
 import threading
 from pathlib import Path
+from typing import Any
+
+from tracekit.collectors.recording.native import NATIVE
 
 WAKE = b"w"
 ASK = b"f"
@@ -35,7 +39,8 @@ def fifo_path(control_dir: Path, pid: int) -> Path:
 class Doorbell:
     """`set` from any thread; `wait` (which drains what was rung) on the flush thread only."""
 
-    def __init__(self, fifo: Path | None = None) -> None:
+    def __init__(self, fifo: Path | None = None, *, native: Any = NATIVE) -> None:
+        self._native = native  # the extension's `poll_drain`, or None: `select.poll` here
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
@@ -68,9 +73,18 @@ class Doorbell:
                     os.write(self._write, WAKE)
 
     def wait(self, timeout: float) -> bool:
-        """Block up to `timeout` s; True when rung (by either side). Drains what was rung."""
+        """Block up to `timeout` s; True when rung (by either side). Drains what was rung: on
+        the native path the wait and the drain are one call, the GIL released once (taking it
+        back costs the program's thread two switches: collectors/recording/fileops.py)."""
         if self.closed:
             return False
+        native = self._native
+        if native is not None:
+            woken, asked = native.poll_drain(
+                self._read, self._fifo, int(max(0.0, timeout) * 1000.0), ASK
+            )
+            self.asked += asked
+            return bool(woken)
         poller = self._poller
         if poller is None:
             self._poller = poller = select.poll()  # not select(): descriptors past 1024

@@ -38,8 +38,10 @@ else:
 # at most this long (host time) after the first's end event was recorded (see _gpu_begin); the
 # default of RecorderConfig.share_gap_ns.
 SHARE_GAP_NS = 20_000
-# how long the flush thread sleeps to hand the GIL to a waiting program thread (`_yield_gil`)
+# how long the flush thread sleeps to hand the GIL to a waiting program thread (`_yield_gil`),
+# and after how long holding it in one flush it does
 YIELD_S = 50e-6
+YIELD_AFTER_NS = 1_000_000
 
 
 # CUstreamCaptureMode: CU_STREAM_CAPTURE_MODE_RELAXED
@@ -215,12 +217,16 @@ class GpuEvents(RecorderState):
         return functools.partial(cuda.Event, enable_timing=True)
 
     def _yield_gil(self) -> None:
-        """On the flush thread, between steps of a flush: give the GIL to a program thread
-        that waits for it (a sleep, not `sleep(0)`: the interpreter hands the GIL over to a
-        waiting thread only when its holder blocks), so the program waits for one step of a
-        flush, not for the whole of it."""
-        if self._yielding:
+        """On the flush thread, between steps of a flush that has held the GIL for more than
+        `YIELD_AFTER_NS`: give it to a program thread that waits for it (a sleep, not
+        `sleep(0)`: the interpreter hands the GIL over to a waiting thread only when its holder
+        blocks), so the program waits for about a millisecond of a flush, not for the whole of a
+        long one. Not sooner: taking the GIL back while the program runs Python makes the
+        program's thread switch twice (collectors/recording/fileops.py), so a short flush holds
+        it throughout."""
+        if self._yielding and time.perf_counter_ns() - self._held_since > YIELD_AFTER_NS:
             time.sleep(YIELD_S)
+            self._held_since = time.perf_counter_ns()
 
     def _resolve_gpu(self, *, wait: bool, until: float | None = None) -> None:
         """`_resolve_events` in the relaxed stream-capture mode (`relaxed_capture`)."""

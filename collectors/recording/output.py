@@ -11,9 +11,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tracekit.collectors.recording import fileops
 from tracekit.collectors.recording.doorbell import Doorbell, fifo_path
-from tracekit.store.raw.accepts import append_accepts
-from tracekit.store.raw.files import MANIFEST_FILE, PROCESS_FILE, SITES_FILE, write_json
+from tracekit.store.raw.accepts import accepts_lines, accepts_name
+from tracekit.store.raw.files import (
+    MANIFEST_FILE,
+    PROCESS_FILE,
+    SITES_FILE,
+    json_bytes,
+    write_json,
+)
 from tracekit.store.raw.ipc import StreamWriter
 from tracekit.store.raw.records import encode_rows
 from tracekit.store.raw.schema import ROW as _ROW
@@ -232,6 +239,7 @@ class Output(GpuEvents):
             return False
         self._flush_owner = me
         self._yielding = timer
+        self._held_since = time.perf_counter_ns()
         cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
         try:
             with self._internal():
@@ -273,6 +281,9 @@ class Output(GpuEvents):
             self.fail("flush", exc)
 
     def _flush_locked(self, *, final: bool, until: float | None) -> None:
+        """The flush's files are written together at its end, in one system-call batch
+        (collectors/recording/fileops.py): sites.json, the record batch, the acceptance
+        readings after the rows they belong to, process.json (after the stream's end at exit)."""
         try:
             self._last_flush = time.time_ns()
             self._resolve_gpu(wait=final, until=until)
@@ -280,8 +291,10 @@ class Output(GpuEvents):
             ready = self._take_rows(final=final)
             if self._stream is None:
                 self._open()
+            ops: list[fileops.Op] = []
             if len(self._sites) > self._sites_written:
-                write_json(self.dir / SITES_FILE, {"sites": self._sites})
+                sites = json_bytes({"sites": self._sites})
+                ops.append(fileops.replace(self.dir / SITES_FILE, sites))
                 self._sites_written = len(self._sites)
             self._rotate(writing=len(ready) > 0)
             stream = self._stream
@@ -289,19 +302,23 @@ class Output(GpuEvents):
             if len(ready):
                 data = encode_rows(ready, self._gpu_done)
                 self._yield_gil()
-                stream.write(data)
+                ops.append(fileops.to_fd(stream.writable_fd(), data))
                 self.flushes += 1
                 self._rows_written += len(ready)
                 self._segment_written(len(data), ready)
             if self._accept_detail:  # after the rows they belong to, in their segment's file
                 detail, self._accept_detail = self._accept_detail, []
                 seg = self._segments.current
-                append_accepts(self.dir, detail, seg.index if seg is not None else 0)
+                name = accepts_name(seg.index if seg is not None else 0)
+                ops.append(fileops.append(self.dir / name, accepts_lines(detail)))
             if final:
+                fileops.run(ops)
+                ops = []
                 stream.close()
             if final or self._process_records != self._rows_written:
                 self._yield_gil()
-                self._write_process()
+                ops.append(self._process_op())
+            fileops.run(ops)
         except Exception as exc:
             self.fail("flush", exc)
 
@@ -341,6 +358,11 @@ class Output(GpuEvents):
 
     def _write_process(self, **extra: Any) -> None:
         with self._internal():
+            fileops.run([self._process_op(**extra)])
+
+    def _process_op(self, **extra: Any) -> fileops.Op:
+        """process.json's write (`fileops.replace`), its content as of now."""
+        with self._internal():
             data = dict(self.process_info)
             written = self._rows_written
             data.update(
@@ -365,5 +387,5 @@ class Output(GpuEvents):
                 },
             )
             data.update(extra)
-            write_json(self.dir / PROCESS_FILE, data)
             self._process_records = written
+            return fileops.replace(self.dir / PROCESS_FILE, json_bytes(data))

@@ -203,6 +203,7 @@ class RecorderState:
         self._wake_sent = False
         self._timer_alive = False  # the flush thread runs: the hot path hands flushes to it
         self._yielding = False  # inside a flush on the flush thread: it yields the GIL
+        self._held_since = 0  # perf_counter_ns since the flush thread holds the GIL in a flush
         # flushes so far: CPU ns, wall ns, longest wall ns, flushes on the program's threads
         self._flush_cost = [0, 0, 0, 0]
         self._flush_owner = 0  # threading.get_ident() of the thread inside flush, 0 if none

@@ -179,7 +179,7 @@ def test_merge_writes_the_steps_counts_and_summary_pools_them_once_per_cycle(
     from tests.unit.store.test_store_merge import rec, write_map, write_proc
     from tracekit.analyzers.acceptance import step_counts
     from tracekit.store.merge import merge
-    from tracekit.store.raw.accepts import append_accepts
+    from tracekit.store.raw.accepts import ACCEPTS_FILE, accepts_lines
     from tracekit.store.reader import read_table
 
     # GIVEN two TP ranks that recorded the same two steps (3 rows a step: verify, accept,
@@ -198,9 +198,8 @@ def test_merge_writes_the_steps_counts_and_summary_pools_them_once_per_cycle(
                 rec("phase", c, "draft", t + 13, t + 20),
             ]
         write_proc(raw, 10 + rank, rows, rank=rank, world=2)
-        append_accepts(
-            raw / f"pid-{10 + rank}",
-            [(0, "d", [4, 4, 0]), (1, "t", [3, 1, 1]), (3, "d", [4]), (4, "t", [5])],
+        (raw / f"pid-{10 + rank}" / ACCEPTS_FILE).write_bytes(
+            accepts_lines([(0, "d", [4, 4, 0]), (1, "t", [3, 1, 1]), (3, "d", [4]), (4, "t", [5])])
         )
     # WHEN merged
     merge(tmp_path)

@@ -35,14 +35,12 @@ def _num(x: float) -> int | float:
     return int(x) if x == int(x) else x
 
 
-def append_accepts(pid_dir: Path, detail: list[Detail], segment: int = 0) -> None:
-    """Append readings to the file of the process's record segment `segment` (one write)."""
-    lines = "".join(
+def accepts_lines(detail: list[Detail]) -> bytes:
+    """The JSON lines of `detail`, as one append writes them."""
+    return "".join(
         json.dumps({"k": key, tag: [_num(v) for v in nums]}, separators=(",", ":")) + "\n"
         for key, tag, nums in detail
-    )
-    with (pid_dir / accepts_name(segment)).open("a") as f:
-        f.write(lines)
+    ).encode()
 
 
 def read_accepts(pid_dir: Path) -> dict[tuple[str, int], dict[str, list[float]]]:

@@ -24,12 +24,16 @@ class StreamWriter:
         self.closed = False
         self.head_bytes = self.write(schema.serialize().to_pybytes())
 
-    def write(self, data: bytes) -> int:
-        """Append serialized message bytes; the number of bytes written."""
+    def writable_fd(self) -> int:
+        """The descriptor to append messages to (OSError once the stream is closed)."""
         if self.closed:
             msg = f"{self.path}: the stream is closed"
             raise OSError(msg)
-        os.write(self.fd, data)
+        return self.fd
+
+    def write(self, data: bytes) -> int:
+        """Append serialized message bytes; the number of bytes written."""
+        os.write(self.writable_fd(), data)
         return len(data)
 
     def write_batch(self, batch: Any) -> int:
