@@ -6,18 +6,31 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tracekit.collectors.recording.doorbell import ASK, Doorbell, fifo_path
+from tracekit.collectors.recording.native import NATIVE
+
+# the wait on both paths: select.poll here, or the extension's poll_drain (one GIL release)
+PATHS = [
+    pytest.param(None, id="python"),
+    pytest.param(
+        NATIVE,
+        id="native",
+        marks=pytest.mark.skipif(NATIVE is None, reason="native extension not loaded"),
+    ),
+]
 
 
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_set_wakes_a_wait_once() -> None:
-    bell = Doorbell()
+@pytest.mark.parametrize("native", PATHS)
+def test_set_wakes_a_wait_once(native: Any) -> None:
+    bell = Doorbell(native=native)
     try:
         assert not bell.wait(0.01)
         bell.set()
@@ -29,8 +42,9 @@ def test_set_wakes_a_wait_once() -> None:
         bell.close()
 
 
-def test_the_launchers_requests_are_counted(tmp_path: Path) -> None:
-    bell = Doorbell(fifo_path(tmp_path, 4242))
+@pytest.mark.parametrize("native", PATHS)
+def test_the_launchers_requests_are_counted(tmp_path: Path, native: Any) -> None:
+    bell = Doorbell(fifo_path(tmp_path, 4242), native=native)
     try:
         assert bell.fifo == tmp_path / "4242.fifo"
         fd = os.open(bell.fifo, os.O_WRONLY | os.O_NONBLOCK)
@@ -52,8 +66,9 @@ def test_the_launchers_requests_are_counted(tmp_path: Path) -> None:
         os.open(tmp_path / "4243.fifo", os.O_WRONLY | os.O_NONBLOCK)
 
 
-def test_without_a_fifo_it_still_wakes(tmp_path: Path) -> None:
-    bell = Doorbell(tmp_path / "no-such-dir" / "1.fifo")
+@pytest.mark.parametrize("native", PATHS)
+def test_without_a_fifo_it_still_wakes(tmp_path: Path, native: Any) -> None:
+    bell = Doorbell(tmp_path / "no-such-dir" / "1.fifo", native=native)
     try:
         assert bell.fifo is None
         bell.set()
