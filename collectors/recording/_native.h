@@ -19,9 +19,14 @@ typedef struct {
     PyObject_HEAD
     char active;
     long long cycle, captures, gpu_every, flush_bytes, flush_ns, last_flush;
+    long long seq; /* the last call number `take_seq` gave */
     PyObject *nvtx, *profile, *is_compiling, *compiler, *cuda, *capturing, *gpu_ref, *next_seq,
         *rows, *loc;
 } Hot;
+
+/* _native_hot.c: `Hot.take_seq()`, the process's next call number (the recorder's
+ * `_next_seq` where the native path runs; PhaseCall steps `seq` itself). */
+PyObject *hot_take_seq(PyObject *self, PyObject *unused);
 
 extern PyTypeObject TStateType;
 extern PyTypeObject HotType;

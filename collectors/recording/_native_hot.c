@@ -67,13 +67,23 @@ static PyMemberDef hot_members[] = {
     OB(cuda, "torch.cuda, or None"),
     OB(capturing, "torch's capture query, or None"),
     OB(gpu_ref, "the GPU clock's reference (event, ns), or None before the calibration"),
-    OB(next_seq, "the call numbers' count.__next__"),
+    OB(next_seq, "the call numbers' source: take_seq (stepped in C), or a count's __next__"),
     OB(rows, "the row buffer (bytearray)"),
     OB(loc, "the recorder's threading.local"),
     {NULL},
 };
 #undef LL
 #undef OB
+
+PyObject *hot_take_seq(PyObject *self, PyObject *unused) {
+    return PyLong_FromLongLong(++((Hot *)self)->seq); /* under the GIL: one number a call */
+}
+
+static PyMethodDef hot_methods[] = {
+    {"take_seq", hot_take_seq, METH_NOARGS,
+     "the next call number (1, 2, ...): the recorder's `_next_seq` on the native path"},
+    {NULL, NULL, 0, NULL},
+};
 
 PyTypeObject HotType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -86,6 +96,7 @@ PyTypeObject HotType = {
     .tp_traverse = (traverseproc)hot_traverse,
     .tp_clear = (inquiry)hot_clear,
     .tp_members = hot_members,
+    .tp_methods = hot_methods,
 };
 
 int hot_init(PyObject *module) {

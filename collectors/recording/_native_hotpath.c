@@ -154,11 +154,15 @@ static inline PyObject *dget(PyObject *d, PyObject *key) {
     return v;
 }
 
-/* The recorder's next call number: `_next_seq()`, stepping its itertools.count directly
- * while `_next_seq` is the `__next__` of that count. */
+/* The recorder's next call number: (PyObject *)1 when `_next_seq` is the struct's own
+ * `take_seq` (the caller steps `hot->seq`), else `_next_seq()` as an int, stepping its
+ * itertools.count directly while `_next_seq` is the `__next__` of that count. */
 static PyObject *next_seq(PhaseCall *self) {
     PyObject *fn = self->hot->next_seq;
     if (!fn || fn == Py_None) { PyErr_SetObject(PyExc_AttributeError, s_next_seq); return NULL; }
+    if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == (PyObject *)self->hot &&
+        PyCFunction_GET_FUNCTION(fn) == (PyCFunction)hot_take_seq)
+        return (PyObject *)1; /* the struct's own counter: the caller steps it (no int object) */
     if (fn != self->seq_fn) {
         PyObject *owner = PyObject_GetAttrString(fn, "__self__");
         if (!owner) PyErr_Clear();
@@ -226,11 +230,32 @@ static int asks_capture(PhaseCall *self, TState *ts) {
     return gpu_may_time(h, cycle);
 }
 
+/* The truth of module attribute `name` (1 / 0; -1 with an error set): read from the module's
+ * dict, not through `getattr` (whose type look-up and generic path are most of the code and
+ * cache lines a cold call touched to read two flags: docs/BENCHMARKS.md, "ninth session");
+ * `getattr` only for an object that is not a plain module or lacks the name in its dict. */
+static int module_flag(PyObject *mod, PyObject *name) {
+    PyObject *v = NULL;
+    if (PyModule_CheckExact(mod)) {
+        v = PyDict_GetItemWithError(PyModule_GetDict(mod), name); /* borrowed */
+        if (!v && PyErr_Occurred()) return -1;
+        if (v == Py_True) return 1;
+        if (v == Py_False) return 0;
+    }
+    if (v) return PyObject_IsTrue(v);
+    PyObject *r = PyObject_GetAttr(mod, name);
+    if (!r) return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
 /* 1: torch.compile traces / exports, or the current stream captures a CUDA graph (pass
- * through); 0: record; -1: error. *cuda_on: CUDA is initialised. The capture query (300-500 ns
- * warm on the H200 host, 8-12 us right after a device wait; DEFINITIONS.md, "Hot path") only at
- * depth 0 (inside a recorded call the stream was not capturing when that call started), and
- * there only where `asks_capture` says a capture or a CUDA event can be. */
+ * through); 0: record; -1: error. *cuda_on: CUDA is initialised, read only where the call may
+ * ask the capture query or take a CUDA event (else 0: the call needs neither). The capture query
+ * (300-500 ns warm on the H200 host, 8-12 us right after a device wait; DEFINITIONS.md, "Hot
+ * path") only at depth 0 (inside a recorded call the stream was not capturing when that call
+ * started), and there only where `asks_capture` says a capture or a CUDA event can be. */
 static int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
     Hot *h = self->hot;
     PyObject *comp = h->is_compiling;
@@ -246,25 +271,23 @@ static int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
     /* Dynamo never runs C code while it traces (the Python shim's first statement checks
      * it), so only the flag of export / AOT tracing / compile sessions is left to read. */
     PyObject *compiler = h->compiler;
-    int skip;
-    PyObject *r = (compiler && compiler != Py_None) ? PyObject_GetAttr(compiler, s_flag)
-                                                    : PyObject_CallNoArgs(comp);
-    if (!r) return -1;
-    skip = PyObject_IsTrue(r);
-    Py_DECREF(r);
-    if (skip) return skip;
-    PyObject *cuda = h->cuda;
-    if (!cuda || cuda == Py_None) return 0;
-    r = PyObject_GetAttr(cuda, s_initialized);
-    if (!r) return -1;
-    *cuda_on = PyObject_IsTrue(r);
-    Py_DECREF(r);
-    if (*cuda_on <= 0 || depth) return *cuda_on < 0 ? -1 : 0;
+    int skip = (compiler && compiler != Py_None) ? module_flag(compiler, s_flag) : -2;
+    if (skip == -2) {
+        PyObject *r = PyObject_CallNoArgs(comp);
+        if (!r) return -1;
+        skip = PyObject_IsTrue(r);
+        Py_DECREF(r);
+    }
+    if (skip || depth) return skip;
     int ask = asks_capture(self, ts);
     if (ask <= 0) return ask;
+    PyObject *cuda = h->cuda;
+    if (!cuda || cuda == Py_None) return 0;
+    *cuda_on = module_flag(cuda, s_initialized);
+    if (*cuda_on <= 0) return *cuda_on < 0 ? -1 : 0;
     /* the builtin behind torch.cuda.is_current_stream_capturing (the probe's), else that */
     PyObject *cap = h->capturing;
-    r = (cap && cap != Py_None) ? PyObject_CallNoArgs(cap)
+    PyObject *r = (cap && cap != Py_None) ? PyObject_CallNoArgs(cap)
                                 : PyObject_CallMethod(cuda, "is_current_stream_capturing", NULL);
     if (!r) return -1;
     skip = PyObject_IsTrue(r);
@@ -328,14 +351,44 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
         if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
         return -1;
     }
-    e->seq = PyLong_AsLongLong(seq);
-    Py_DECREF(seq);
-    if (e->seq == -1 && PyErr_Occurred()) return -1;
+    if (seq == (PyObject *)1) {
+        e->seq = ++self->hot->seq;
+    } else {
+        e->seq = PyLong_AsLongLong(seq);
+        Py_DECREF(seq);
+        if (e->seq == -1 && PyErr_Occurred()) return -1;
+    }
     e->rep0 = ts->replays;
-    if (cuda_on && depth == 0 && self->has_phase &&
-        gpu_begin(self->rec, d, self->hot, ts, e->cycle, self->clock_offset, &e->ev) < 0)
-        return -1;
+    if (depth == 0 && self->has_phase) {
+        if (cuda_on) {
+            if (gpu_begin(self->rec, d, self->hot, ts, e->cycle, self->clock_offset, &e->ev) < 0)
+                return -1;
+        } else if (ts->bound && ts->bound != Py_None && gpu_drop_bound(d, ts) < 0) {
+            return -1; /* a call that takes no event (gpu_begin's unsampled case) */
+        }
+    }
     e->start = now_ns(self->clock_offset);
+    return 0;
+}
+
+/* Append one packed row to the bytearray `rows`: in place while its allocation has room (the
+ * test `PyByteArray_Resize` makes first, without its call), else grown to twice the size needed
+ * (`PyByteArray_Resize` alone grows by an eighth: a `realloc`, often a copy, every few rows
+ * after a flush emptied the buffer), its size then set to the rows it holds. 0 / -1. */
+static int append_row(PyObject *rows, const unsigned char *row) {
+    PyByteArrayObject *b = (PyByteArrayObject *)rows;
+    Py_ssize_t n = Py_SIZE(b), want = n + ROW_SIZE;
+    if (b->ob_exports > 0 || want + (b->ob_start - b->ob_bytes) + 1 > b->ob_alloc) {
+        if (b->ob_exports > 0) { /* a buffer view is open: only the plain resize may move it */
+            if (PyByteArray_Resize(rows, want) < 0) return -1;
+            memcpy(PyByteArray_AS_STRING(rows) + n, row, ROW_SIZE);
+            return 0;
+        }
+        if (PyByteArray_Resize(rows, 2 * want) < 0) return -1;
+    }
+    memcpy(b->ob_start + n, row, ROW_SIZE);
+    Py_SET_SIZE(b, want);
+    b->ob_start[want] = '\0';
     return 0;
 }
 
@@ -359,10 +412,7 @@ static int pack_row(PyObject *rows, long code, long long cycle, long depth, long
     i32 = (int32_t)replays; PUT(i32, int32_t); PUT(acc, double);
     *p = ok ? 1 : 0;
 #undef PUT
-    Py_ssize_t n = PyByteArray_GET_SIZE(rows);
-    if (PyByteArray_Resize(rows, n + ROW_SIZE) < 0) return -1;
-    memcpy(PyByteArray_AS_STRING(rows) + n, row, ROW_SIZE);
-    return 0;
+    return append_row(rows, row);
 }
 
 /* 1 when an acceptance rule is a plain attribute name (no `.`, not an index): read in C. */

@@ -67,10 +67,11 @@ def _make_dir(op: Op) -> None:
 
 
 def _run_one(op: Op) -> None:
-    kind, target, data = op[0], op[1], op[2]
+    kind, data = op[0], op[2]
     if kind == "fd":
-        _write_all(target, data)
+        _write_all(op[1], data)
         return
+    target = os.fsdecode(op[1])  # errors name the file as a str, as the native path's do
     if kind == "append":
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -78,7 +79,7 @@ def _run_one(op: Op) -> None:
         finally:
             os.close(fd)
         return
-    tmp = op[3]
+    tmp = os.fsdecode(op[3])
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except FileNotFoundError:

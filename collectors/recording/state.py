@@ -144,8 +144,10 @@ class RecorderState:
         self.cycle = -1
         self.flushes = 0
         self._rows_written = 0
-        # call numbers, unique in the process: next() on a count is atomic, even across threads
-        self._next_seq = itertools.count(1).__next__
+        # call numbers, unique in the process (1, 2, ...): the C struct's counter, which the
+        # native hot path steps without an int object, or next() on a count (atomic as well)
+        take = getattr(self._hot, "take_seq", None)
+        self._next_seq = take if take is not None else itertools.count(1).__next__
         self._rows = bytearray()  # buffered rows, _ROW.size bytes each
         self._gpu_pending: list[tuple[int, Any, Any]] = []
         self._gpu_done: dict[int, tuple[int, int]] = {}
