@@ -29,6 +29,7 @@ setup(
                 f"{SRC}/_native_cuda.c",
                 f"{SRC}/_native_gpu.c",
                 f"{SRC}/_native_io.c",
+                f"{SRC}/_native_replay.c",
             ],
             depends=[f"{SRC}/_native.h"],
             extra_compile_args=["-O2"],

@@ -11,6 +11,8 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from tracekit.collectors.recording.native import NATIVE
+
 if TYPE_CHECKING:
     from tracekit.collectors.recorder import Recorder
 
@@ -22,10 +24,21 @@ def install(module: ModuleType, rec: Recorder) -> None:
     cls = getattr(module, "CUDAGraph", None)
     if cls is None or getattr(cls.replay, REPLAY_MARK, False):
         return
-    orig = cls.replay
-    hot = rec._hot  # read directly: a replay's count is on the program's hot path too
+    replay = functools.wraps(cls.replay)(_counted_replay(cls.replay, rec))
+    setattr(replay, REPLAY_MARK, True)
+    cls.replay = replay
+    count_captures(cls, rec)
 
-    @functools.wraps(orig)
+
+def _counted_replay(orig: Any, rec: Recorder) -> Any:
+    """`orig` with the thread's replay count in front: the native `ReplayCount` where the
+    recorder runs the native hot path (its count a C field: no Python frame a replay), else a
+    Python function that counts the same."""
+    hot = rec._hot  # read directly: a replay's count is on the program's hot path too
+    native = NATIVE if NATIVE is not None and isinstance(hot, NATIVE.Hot) else None
+    if native is not None:
+        return native.ReplayCount(orig, rec, hot)
+
     def replay(self: Any, *args: Any, **kwargs: Any) -> Any:
         if hot.active:
             try:
@@ -34,9 +47,7 @@ def install(module: ModuleType, rec: Recorder) -> None:
                 rec.fail("graph replay count", exc)
         return orig(self, *args, **kwargs)
 
-    setattr(replay, REPLAY_MARK, True)
-    cls.replay = replay
-    count_captures(cls, rec)
+    return replay
 
 
 def count_captures(cls: Any, rec: Recorder) -> None:

@@ -37,6 +37,11 @@ int cudaev_init(PyObject *module);
 int gpu_init(void);
 int hot_init(PyObject *module);
 int io_init(PyObject *module);
+int replay_init(PyObject *module);
+
+/* _native_hotpath.c: this thread's ThreadState for the recorder `rec` (a new reference, made by
+ * the recorder's `_thread` on first use; NULL with an error set). */
+PyObject *hot_thread_state(PyObject *rec, Hot *h);
 
 /* _native_cuda.c: record a CudaEvent on torch's current stream (0; -1 with an error set), or 1
  * when `ev` is not one. */

@@ -188,7 +188,7 @@ static void report_failure(PhaseCall *self, const char *where) {
 }
 
 /* This thread's state (new reference), made by the recorder's `_thread` on first use. */
-static PyObject *thread_state(PyObject *rec, Hot *h) {
+PyObject *hot_thread_state(PyObject *rec, Hot *h) {
     PyObject *loc = h->loc;
     if (!loc || loc == Py_None) { PyErr_SetObject(PyExc_AttributeError, s_loc); return NULL; }
     PyObject *tdict = PyThreadState_GetDict(); /* borrowed; NULL only without a thread state */
@@ -309,7 +309,7 @@ typedef struct {
 /* The `enter` half; 0: recording (e filled), 1: pass through, -1: error. */
 static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     int cuda_on = 0;
-    PyObject *tso = thread_state(self->rec, self->hot);
+    PyObject *tso = hot_thread_state(self->rec, self->hot);
     if (!tso) return -1;
     if (!Py_IS_TYPE(tso, &TStateType)) {
         Py_DECREF(tso);

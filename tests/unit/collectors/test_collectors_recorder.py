@@ -278,6 +278,50 @@ def test_cuda_graph_replays_are_counted_per_phase(tmp_path: Path) -> None:
     assert got == {"verify": 2, "draft": 0}
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_the_replay_count_passes_the_call_through_and_counts_while_recording(
+    tmp_path: Path, native: bool
+) -> None:
+    from types import ModuleType
+
+    from tracekit.collectors import graphs
+    from tracekit.collectors.recording.native import NATIVE
+
+    if native and NATIVE is None:
+        pytest.skip("native extension not loaded")
+    # GIVEN a CUDAGraph-shaped class hooked by the recorder of either path
+    module = ModuleType("fake_graphs")
+    seen: list[tuple[Any, ...]] = []
+
+    class CUDAGraph:
+        def replay(self, *args: Any, **kwargs: Any) -> Any:
+            seen.append((self, args, kwargs))
+            return "replayed"
+
+    module.CUDAGraph = CUDAGraph  # type: ignore[attr-defined]
+    rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", native=native))
+    graphs.install(module, rec)
+    assert type(CUDAGraph.__dict__["replay"]).__name__ == ("ReplayCount" if native else "function")
+    g = CUDAGraph()
+    ts = rec._thread()
+    # WHEN it replays with arguments, recording on, then off
+    assert g.replay(1, key=2) == "replayed"
+    assert CUDAGraph.replay(g) == "replayed"  # called through the class, unbound
+    rec.set_recording(False)
+    g.replay()
+    # THEN each replay ran with its arguments as they came; the two made while recording counted
+    assert seen == [(g, (1,), {"key": 2}), (g, (), {}), (g, (), {})]
+    assert ts.replays == 2
+    assert CUDAGraph.replay.__wrapped__ is not None  # functools.wraps's attributes
+    # AND a count that fails stops recording, said once, and the replay still runs
+    rec.set_recording(True)
+    rec._thread = None  # type: ignore[assignment,method-assign]
+    rec._loc = type(rec._loc)()  # this thread's state gone: the count must make one, and fails
+    assert g.replay() == "replayed"
+    assert not rec.active
+    rec.close()
+
+
 class _StuckCuda:
     """torch.cuda as the recorder uses it, on a device whose later work never completes (a
     collective waiting for a peer that has exited)."""
