@@ -140,14 +140,11 @@ class RecorderState:
         self._hot = hot.new_hot(NATIVE if config.native else None)
         self.config = config
         self.active = True
-        self.pid = os.getpid()
-        self.cycle = -1
+        self.pid = os.getpid()  # `cycle` starts at -1 in `_hot`
         self.flushes = 0
         self._rows_written = 0
-        # call numbers, unique in the process (1, 2, ...): the C struct's counter, which the
-        # native hot path steps without an int object, or next() on a count (atomic as well)
-        take = getattr(self._hot, "take_seq", None)
-        self._next_seq = take if take is not None else itertools.count(1).__next__
+        # call numbers 1, 2, ...: the C struct's counter (`Hot.take_seq`), or a count's next()
+        self._next_seq = getattr(self._hot, "take_seq", None) or itertools.count(1).__next__
         self._rows = bytearray()  # buffered rows, _ROW.size bytes each
         self._gpu_pending: list[tuple[int, Any, Any]] = []
         self._gpu_done: dict[int, tuple[int, int]] = {}
@@ -204,8 +201,8 @@ class RecorderState:
         self._flush_asked = 0  # the launcher's flush requests answered (process.json)
         self._wake_sent = False
         self._timer_alive = False  # the flush thread runs: the hot path hands flushes to it
-        self._yielding = False  # inside a flush on the flush thread: it yields the GIL
-        self._held_since = 0  # perf_counter_ns since the flush thread holds the GIL in a flush
+        self._yielding = False  # inside a flush on the flush thread: it yields the GIL (after
+        self._held_since = 0  # holding it YIELD_AFTER_NS since this perf_counter_ns)
         # flushes so far: CPU ns, wall ns, longest wall ns, flushes on the program's threads
         self._flush_cost = [0, 0, 0, 0]
         self._flush_owner = 0  # threading.get_ident() of the thread inside flush, 0 if none
