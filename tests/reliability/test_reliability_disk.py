@@ -8,7 +8,6 @@ Two ways in: a real full file system (a small tmpfs; needs root, skipped elsewhe
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import subprocess
@@ -29,8 +28,8 @@ from tests.reliability._programs import (
 )
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
+from tracekit.collectors.recording import fileops, output
 from tracekit.collectors.wrappers import make_wrapper
-from tracekit.store.raw import ipc as raw_ipc
 from tracekit.store.raw.files import RECORDS_FILE, SITES_FILE
 from tracekit.store.raw.ipc import read_stream
 from tracekit.store.raw.records import decoded
@@ -122,29 +121,33 @@ def test_disk_full_during_a_run(small_disk: Path, tmp_path: Path) -> None:
     assert len(partial) == 1
 
 
-class _FullDisk:
-    """`os` as the recorder's stream writer sees it, with `write` failing (ENOSPC) after `ok` writes."""
+class _DiskFillsAt:
+    """The recorder's batches of writes (collectors/recording/fileops.py, native or Python), its
+    record stream's descriptor swapped for /dev/full (every write: ENOSPC) before the batch that
+    holds its `n`-th record batch: the disk as the kernel reports it full, on either path."""
 
-    def __init__(self, ok: int) -> None:
-        self.ok = ok
-        self.writes = 0
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.batches = 0
+        self.run = fileops.run
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(os, name)
-
-    def write(self, fd: int, data: bytes) -> int:
-        self.writes += 1
-        if self.writes > self.ok:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return os.write(fd, data)
+    def __call__(self, ops: list[fileops.Op], **kw: Any) -> None:
+        for op in ops:
+            if op[0] == "fd":
+                self.batches += 1
+                if self.batches == self.n:
+                    full = os.open("/dev/full", os.O_WRONLY)
+                    os.dup2(full, op[1])
+                    os.close(full)
+        self.run(ops, **kw)
 
 
 def test_injected_write_error_at_the_recorder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # GIVEN a recorder flushing every 10 records whose 4th write fails (schema + 2 batches ok)
-    fake = _FullDisk(ok=3)
-    monkeypatch.setattr(raw_ipc, "os", fake)  # the stream writer the recorder uses
+    # GIVEN a recorder flushing every 10 records whose disk fills at its 3rd record batch
+    # (schema + 2 batches written)
+    monkeypatch.setattr(output.fileops, "run", _DiskFillsAt(3))
     rec = Recorder(RecorderConfig(raw_dir=tmp_path / "raw", flush_records=10, flush_seconds=60))
 
     def step(i: int) -> int:
