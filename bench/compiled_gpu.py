@@ -35,6 +35,7 @@ HF = HERE / "hf_static_compile.py"
 TRACED_KINDS = (
     "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
     "assisted", "assisted8", "every", "assisted1", "bare", "step", "stepbare", "stepnorep",
+    "stepbarec", "stepgeneric",
 )  # fmt: skip
 # kinds that switch recording inside the generates, in blocks of this many decode calls
 # (hf_static_compile.py --step-ab), each call timed on the host
@@ -123,6 +124,8 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
                 cmd.append("--no-flush")
             if kind in ("bare", "stepbare", "stepnorep"):
                 cmd.append("--bare-boundary")  # the boundary's recorded call: a plain call
+            if kind in ("stepbarec", "stepgeneric"):  # ... made from C; Python enter / exit
+                cmd += ["--bare-boundary", "c" if kind == "stepbarec" else "generic"]
             if kind == "stepnorep":
                 cmd.append("--no-replay-count")
             if kind == "profile":  # the program's thread profiled by recording state
@@ -166,8 +169,9 @@ def main(argv: list[str] | None = None) -> None:
         "assisted1 / assisted8 (HF assisted generation, eager, a 1-layer draft; traced with its "
         "map, the defaults / --gpu-sample 1 / 8), bare (traced, the compiled boundary's recorded "
         "call replaced by a plain call: hf_static_compile.py --bare-boundary); step / stepbare / "
-        "stepnorep: traced / bare / bare without the replay count, recording switched inside "
-        "the generates every 8 decode calls, each call timed (--step-ab 8)",
+        "stepnorep / stepbarec / stepgeneric: traced / bare / bare without the replay count / "
+        "bare called from C / recorded by the Python enter and exit, recording switched "
+        "inside the generates every 8 decode calls, each call timed (--step-ab 8)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

@@ -102,10 +102,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--bare-boundary",
-        action="store_true",
-        help="an experiment (issue 25): under tracekit launch, the compiled boundary calls the "
-        "compiled function itself once its site is known (its frame, thread-local marker and "
-        "the replay count kept, no recorded call): what recording costs besides the call",
+        nargs="?",
+        const="python",
+        choices=["python", "c", "generic"],
+        default=None,
+        help="an experiment (issue 25): under tracekit launch, the compiled boundary's recorded "
+        "call once its site is known replaced by: `python` (default) a plain call of the compiled "
+        "function from Python (its frame, thread-local marker and the replay count kept, no "
+        "recorded call); `c` the same call made from C (a pass-through C callable: is it the "
+        "call from C that costs?); `generic` the Python `enter` / `exit` recording it",
     )
     p.add_argument(
         "--step-ab",
@@ -177,13 +182,20 @@ class StepAB:
         }
 
 
-def _bare_boundary() -> None:
-    """`--bare-boundary`: collectors/compiled.py's `_fast_path` replaced by a plain call."""
+def _bare_boundary(variant: str) -> None:
+    """`--bare-boundary`: collectors/compiled.py's `_fast_path` replaced (see --help)."""
     compiled_mod = sys.modules.get("tracekit.collectors.compiled")
     if compiled_mod is None:
         raise SystemExit("--bare-boundary: run under tracekit launch")
 
-    def bare(_rec: Any, compiled: Any, _site: Any, _generic: Any) -> Any:
+    def bare(rec: Any, compiled: Any, _site: Any, generic: Any) -> Any:
+        if variant == "generic":
+            return lambda args, kwargs: generic(*args, **kwargs)
+        if variant == "c":  # the replay counter's C type as a pass-through (it counts, harmless)
+            from tracekit.collectors.recording.native import NATIVE
+
+            through = NATIVE.ReplayCount(compiled, rec, rec._hot)
+            return lambda args, kwargs: through(*args, **kwargs)
         return lambda args, kwargs: compiled(*args, **kwargs)
 
     compiled_mod._fast_path = bare  # type: ignore[attr-defined]
@@ -210,7 +222,7 @@ def _recording_switch() -> Any:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = _args(argv)
     if args.bare_boundary:
-        _bare_boundary()
+        _bare_boundary(args.bare_boundary)
     import torch
 
     if args.no_replay_count:
