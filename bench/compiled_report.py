@@ -63,6 +63,40 @@ def hf_ab(res: dict[str, Any]) -> dict[str, Any] | None:
     return dict(overhead_ab.interval(groups[1:]).__dict__)
 
 
+def hf_step_ab(res: dict[str, Any], key: str = "call_ms") -> dict[str, Any] | None:
+    """A `--step-ab` run's µs a decode call, recording on minus off, in one process: each block's
+    median call (a slow call moves no block), each ABBA group's mean of its on blocks minus its
+    off blocks, then the median of the groups with its order-statistics 95% interval, and the
+    mean with its t-interval (`overhead_ab.step_difference`); the first group and the first
+    generate's calls left out. `key`: `call_ms` (the compiled call) or `step_ms` (its start to
+    the next call's)."""
+    if not res.get(key) or not res.get("ab_on"):
+        return None
+    bl = overhead_ab.blocks(
+        res[key], res["ab_on"], res["ab_blocks"], "median", res["after_prefill"]
+    )
+    diffs = [1e3 * (a - b) for a, b in overhead_ab.group_ratios(bl, 1)]
+    if len(diffs) < 6:
+        return None
+    lo, hi = overhead_ab.median_interval(diffs) or (None, None)
+    mean = overhead_ab.step_difference(res, key) or {}
+    return {
+        "median_us": statistics.median(diffs),
+        "median_lo_us": lo,
+        "median_hi_us": hi,
+        "groups": len(diffs),
+        "mean_us": mean.get("diff_us"),
+        "mean_lo_us": mean.get("lo_us"),
+        "mean_hi_us": mean.get("hi_us"),
+        "off_median_us": 1e3
+        * statistics.median(
+            c
+            for c, on, out in zip(res[key], res["ab_on"], res["after_prefill"], strict=True)
+            if not on and not out
+        ),
+    }
+
+
 def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
     alone: list[float] = []
     disabled: list[float] = []
@@ -74,7 +108,11 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
         res = s.get("result")
         if not s["name"].startswith("hf-") or res is None:
             continue
-        ab[s["name"]] = hf_ab(res)
+        ab[s["name"]] = hf_ab(res) or (
+            {key: hf_step_ab(res, key) for key in ("call_ms", "step_ms")}
+            if "ab_on" in res
+            else None
+        )
         walls = res["wall_s"][1:]
         if s["name"].startswith(("hf-alone", "hf-disabled")):
             (alone if s["name"].startswith("hf-alone") else disabled).extend(walls)

@@ -5,9 +5,9 @@
  * the program's thread runs Python, taking it back waits a switch interval (5 ms) and then makes
  * the program's thread give it up: two context switches of the program's thread for each. A
  * flush made about 14 such calls (the doorbell's poll and reads, the record batch, process.json's
- * open, write, close and rename, ...): about 28 switches of the program's thread a flush, more
- * than all of the flush's own work (docs/BENCHMARKS.md, "ninth session"). Here a flush's writes
- * are one call and the doorbell's wait with its drain another. */
+ * open, write, close and rename, ...): 25-28 switches of the program's thread a flush, about 2 us
+ * a recorded call on this VM at 40 flushes a second (docs/BENCHMARKS.md, "ninth session"). Here
+ * a flush's writes are one call and the doorbell's wait with its drain another. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
