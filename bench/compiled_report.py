@@ -129,8 +129,12 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
             {
                 "run": s["name"],
                 "forward_calls_made": res["forward_calls"],
-                "recording_on_generates": sum(res.get("recording", [])),
-                "forward_calls_while_recording": res["new_tokens"] * sum(res.get("recording", [])),
+                # --step-ab: recording switched between compiled calls, not generates (the
+                # eager prefill of a generate is recorded when it begins while recording is on)
+                "recording_on_generates": None if "ab_on" in res else sum(res["recording"]),
+                "forward_calls_while_recording": sum(res["ab_on"])
+                if "ab_on" in res
+                else res["new_tokens"] * sum(res.get("recording", [])),
                 "decode_records": dec.height,
                 "replays_made": res["replays"],
                 "replays_in_decode_records": int(dec["graph_replays"].fill_null(0).sum()),
