@@ -121,7 +121,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "BLOCK compiled decode calls (after the first generate), and time each call on the host "
         "(`call_ms`: the compiled call, its return after the graph launch; `step_ms`: from this "
         "call's start to the next one's, the decode step): µs a call, on minus off, in one "
-        "process (overhead_ab.step_difference)",
+        "process (bench/compiled_report.py `hf_step_ab`)",
     )
     p.add_argument(
         "--no-replay-count",
