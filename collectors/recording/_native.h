@@ -42,6 +42,9 @@ int replay_init(PyObject *module);
 /* _native_hotpath.c: this thread's ThreadState for the recorder `rec` (a new reference, made by
  * the recorder's `_thread` on first use; NULL with an error set). */
 PyObject *hot_thread_state(PyObject *rec, Hot *h);
+/* _native_hotpath.c: `rec.fail(where, exc)` for the error set now (recording stops in the
+ * process, said once); clears it. */
+void hot_report_failure(PyObject *rec, const char *where);
 
 /* _native_cuda.c: record a CudaEvent on torch's current stream (0; -1 with an error set), or 1
  * when `ev` is not one. */

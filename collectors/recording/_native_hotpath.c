@@ -175,16 +175,19 @@ static PyObject *next_seq(PhaseCall *self) {
     return PyObject_CallNoArgs(fn);
 }
 
-/* recorder.fail(where, exc) for the error set now; clears it. */
-static void report_failure(PhaseCall *self, const char *where) {
+void hot_report_failure(PyObject *rec, const char *where) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (value && tb) PyException_SetTraceback(value, tb);
-    PyObject *res = PyObject_CallMethod(self->rec, "fail", "sO", where, value ? value : Py_None);
+    PyObject *res = PyObject_CallMethod(rec, "fail", "sO", where, value ? value : Py_None);
     Py_XDECREF(res);
     PyErr_Clear();
     Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+}
+
+static void report_failure(PhaseCall *self, const char *where) {
+    hot_report_failure(self->rec, where);
 }
 
 /* This thread's state (new reference), made by the recorder's `_thread` on first use. */

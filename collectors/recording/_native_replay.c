@@ -25,17 +25,6 @@ typedef struct {
     vectorcallfunc vectorcall;
 } ReplayCount;
 
-static void count_failed(ReplayCount *self) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    PyObject *r = PyObject_CallMethod(self->rec, "fail", "sO", "graph replay count",
-                                      value ? value : Py_None);
-    Py_XDECREF(r);
-    PyErr_Clear();
-    Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
-}
-
 static PyObject *rc_vectorcall(PyObject *obj, PyObject *const *argv, size_t nargsf,
                                PyObject *kwnames) {
     ReplayCount *self = (ReplayCount *)obj;
@@ -47,7 +36,8 @@ static PyObject *rc_vectorcall(PyObject *obj, PyObject *const *argv, size_t narg
             PyErr_SetString(PyExc_TypeError, "the recorder's thread state is not the native one");
         }
         Py_XDECREF(ts);
-        if (PyErr_Occurred()) count_failed(self); /* recording stops; the replay runs */
+        if (PyErr_Occurred()) /* recording stops; the replay runs */
+            hot_report_failure(self->rec, "graph replay count");
     }
     return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
 }

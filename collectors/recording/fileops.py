@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 from tracekit.collectors.recording.native import NATIVE
+from tracekit.store.raw.files import replace_bytes, temp_name, write_all
 
 Op = tuple[Any, ...]
 
@@ -35,8 +35,7 @@ def append(path: Path, data: bytes) -> Op:
 
 def replace(path: Path, data: bytes) -> Op:
     """Write `path` atomically: a temporary file of this thread beside it, renamed."""
-    tmp = os.path.join(os.fspath(path.parent), f".{path.name}.{threading.get_ident()}.tmp")
-    return ("replace", os.fsencode(path), data, os.fsencode(tmp))
+    return ("replace", os.fsencode(path), data, os.fsencode(temp_name(path)))
 
 
 def run(ops: list[Op], *, native: Any = NATIVE) -> None:
@@ -56,50 +55,23 @@ def run(ops: list[Op], *, native: Any = NATIVE) -> None:
         op = ops[i]
         if err == errno.ENOENT and op[0] == "replace" and remade != i:
             remade = i
-            _make_dir(op)
+            os.makedirs(os.path.dirname(os.fsdecode(op[1])), exist_ok=True)
             continue
         name = os.fsdecode(where) if where else f"descriptor {op[1]}"
         raise OSError(err, os.strerror(err), name)
 
 
-def _make_dir(op: Op) -> None:
-    os.makedirs(os.path.dirname(os.fsdecode(op[1])), exist_ok=True)
-
-
 def _run_one(op: Op) -> None:
     kind, data = op[0], op[2]
     if kind == "fd":
-        _write_all(op[1], data)
+        write_all(op[1], data)
         return
     target = os.fsdecode(op[1])  # errors name the file as a str, as the native path's do
     if kind == "append":
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
         finally:
             os.close(fd)
         return
-    tmp = os.fsdecode(op[3])
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except FileNotFoundError:
-        _make_dir(op)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.replace(tmp, target)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    replace_bytes(target, data, os.fsdecode(op[3]))

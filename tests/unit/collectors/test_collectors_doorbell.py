@@ -10,18 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.unit.collectors._paths import NATIVE_OR_PYTHON
 from tracekit.collectors.recording.doorbell import ASK, Doorbell, fifo_path
-from tracekit.collectors.recording.native import NATIVE
 
-# the wait on both paths: select.poll here, or the extension's poll_drain (one GIL release)
-PATHS = [
-    pytest.param(None, id="python"),
-    pytest.param(
-        NATIVE,
-        id="native",
-        marks=pytest.mark.skipif(NATIVE is None, reason="native extension not loaded"),
-    ),
-]
+PATHS = NATIVE_OR_PYTHON  # the wait: select.poll, or the extension's poll_drain
 
 
 def _open_fds() -> int:

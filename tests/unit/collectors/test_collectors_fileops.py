@@ -10,21 +10,14 @@ from typing import Any
 
 import pytest
 
+from tests.unit.collectors._paths import NATIVE_OR_PYTHON
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
 from tracekit.collectors.recording import fileops, output
-from tracekit.collectors.recording.native import NATIVE
 from tracekit.collectors.wrappers import make_wrapper
 from tracekit.store.raw.files import PROCESS_FILE, SITES_FILE
 
-PATHS = [
-    pytest.param(None, id="python"),
-    pytest.param(
-        NATIVE,
-        id="native",
-        marks=pytest.mark.skipif(NATIVE is None, reason="native extension not loaded"),
-    ),
-]
+PATHS = NATIVE_OR_PYTHON  # the writes: os one by one, or _native.file_ops
 
 
 @pytest.mark.parametrize("native", PATHS)

@@ -89,18 +89,26 @@ def json_bytes(data: dict[str, Any]) -> bytes:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write `data` to `path` atomically (a temporary file, one a writing thread, renamed)."""
-    text = json_bytes(data)
-    tmp = os.path.join(os.fspath(path.parent), f".{path.name}.{threading.get_ident()}.tmp")
+    replace_bytes(path, json_bytes(data))
+
+
+def temp_name(path: Path) -> str:
+    """The temporary file beside `path` that this thread writes before renaming it over `path`."""
+    return os.path.join(os.fspath(path.parent), f".{path.name}.{threading.get_ident()}.tmp")
+
+
+def replace_bytes(path: Path | str, data: bytes, tmp: str | None = None) -> None:
+    """Write `path` atomically: `tmp` (default `temp_name`) written whole, renamed over it; a
+    directory removed under the run is made again."""
+    tmp = temp_name(Path(path)) if tmp is None else tmp
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
-            view = memoryview(text)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
         finally:
             os.close(fd)
     except OSError:
@@ -108,3 +116,10 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
             os.unlink(tmp)
         raise
     os.replace(tmp, path)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """`data` written to descriptor `fd` whole (os.write may write part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
