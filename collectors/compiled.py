@@ -15,7 +15,8 @@ every callable torch.compile returns (a function, a bound method, an `OptimizedM
 forward, transformers' `get_compiled_call`) passes through
 `torch._dynamo.eval_frame.OptimizeContext.__call__`, which `install_boundaries` wraps: the
 returned callable is wrapped once more, outside traced code (`Boundaries.wrap`), and that
-wrapper sets this thread's current compiled call while it runs. Dynamo compiles on the calling
+wrapper sets this thread's current compiled call while it runs (the recorder's
+`ThreadState.boundary`; the native `PhaseCall` sets it in C). Dynamo compiles on the calling
 thread inside that call, so `noted` attaches the site to it. From then on each call of the
 compiled callable is recorded with that site (the native hot path where it can be, else
 `enter` / `exit`): the same phase name, nesting, cycle rule and acceptance as an eager call.
@@ -36,7 +37,6 @@ import contextlib
 import functools
 import inspect
 import sys
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,6 @@ COMM_PHASE = "allreduce"  # never the phase of a whole compiled call (see the mo
 _MARK = "_dynamo_marked_constant"
 _BOUNDARY = "__tracekit_boundary__"
 
-_tls = threading.local()  # .call: [Boundary, entered frame or None, discovered?] of this thread
 _gates: dict[int, tuple[Callable[[], bool], Callable[[], bool]]] = {}
 _noted: list[Callable[[], bool]] = []
 _gates_keep: list[Any] = []  # the sites with a gate: keeps each id(site) unique
@@ -178,7 +177,7 @@ class Boundaries:
 
     # -- trace time ---------------------------------------------------------------------------
     def traced(self, site: Site) -> None:
-        call = getattr(_tls, "call", None)
+        call = this_thread(self.rec).boundary
         target = str(site.target)
         if call is None:
             self._count("unattached", target, site.phase or "cycle", "")
@@ -244,12 +243,18 @@ class Boundaries:
         return body
 
 
+def this_thread(rec: Recorder) -> Any:
+    """This thread's recorder state (`ThreadState`, Python or native): its `boundary` is the
+    compiled call the thread is in, [Boundary, entered frame or None, discovered?], or None."""
+    return getattr(rec._loc, "ts", None) or rec._thread()
+
+
 def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> Callable[..., Any]:
     """The compiled callable's wrapper: its site known, a plain `enter` / call / `exit` (on the
-    native hot path where the site allows: `_fast_path`); not yet (it may compile now), the
-    call's start is kept for a record made when it returns."""
+    native hot path where the site allows: `_fast_path`, which also sets the thread's current
+    compiled call in C); not yet (it may compile now), the call's start is kept for a record
+    made when it returns."""
     marker: list[Any] = [b, None, False]  # this thread's current call, once `b.site` is known
-    hot = rec._hot  # the recorder's hot attributes (collectors/recording/hot.py)
     from tracekit.collectors.recording.state import now_ns
 
     def generic(*args: Any, **kwargs: Any) -> Any:
@@ -275,36 +280,42 @@ def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> 
             site = b.site
             if site is None:  # also while recording is off: a compile now must find its caller
                 return _discovering(compiled, b, rec, now_ns, args, kwargs)
-            fn = body[0] = _fast_path(rec, compiled, site, generic)
-        if not hot.active:
-            return compiled(*args, **kwargs)
-        # this thread's current compiled call: a recompile during it finds its boundary
-        prev = getattr(_tls, "call", None)
-        _tls.call = marker
-        try:
-            return fn(args, kwargs)  # the tuple and dict as they came (no copies, no frame)
-        finally:
-            _tls.call = prev
+            fn = body[0] = _fast_path(rec, compiled, site, generic, marker)
+        return fn(args, kwargs)  # the tuple and dict as they came (no copies, no frame)
 
     return call
 
 
 def _fast_path(
-    rec: Recorder, compiled: Callable[..., Any], site: Site, generic: Callable[..., Any]
+    rec: Recorder,
+    compiled: Callable[..., Any],
+    site: Site,
+    generic: Callable[..., Any],
+    marker: list[Any],
 ) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
     """What records a boundary call once its site is known, called as `fn(args, kwargs)`: the
     native hot path's `PhaseCall` where it serves the site (`HotPath.native_phase_call`), else
-    `generic` (`enter` / `exit`) behind the same signature."""
+    `generic` (`enter` / `exit`) behind the same signature. While recording, either makes
+    `marker` this thread's current compiled call for the call's length (a recompile during it
+    finds its boundary); not recording, the compiled callable is called as it is."""
     try:
-        pc = rec.native_phase_call(compiled, site, generic)
+        pc = rec.native_phase_call(compiled, site, generic, boundary=marker)
     except Exception as exc:
         rec.fail("compiled boundary", exc)
         pc = None
     if pc is not None:
         return pc  # type: ignore[no-any-return]
+    hot = rec._hot  # the recorder's hot attributes (collectors/recording/hot.py)
 
     def slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return generic(*args, **kwargs)
+        if not hot.active:
+            return compiled(*args, **kwargs)
+        ts = this_thread(rec)
+        prev, ts.boundary = ts.boundary, marker
+        try:
+            return generic(*args, **kwargs)
+        finally:
+            ts.boundary = prev
 
     return slow
 
@@ -319,19 +330,18 @@ def _discovering(
 ) -> Any:
     """A call of a compiled callable whose site is not known: Dynamo may trace it now (and
     `traced` attach a site); then the call is recorded when it returns, from its start."""
-    prev = getattr(_tls, "call", None)
-    ts = getattr(rec._loc, "ts", None)
-    rep0 = ts.replays if ts is not None else 0
+    ts = this_thread(rec)
+    rep0 = ts.replays
     start = now_ns()
     me: list[Any] = [b, None, False]
-    _tls.call = me
+    prev, ts.boundary = ts.boundary, me
     ok = False
     result = None
     try:
         result = compiled(*args, **kwargs)
         ok = True
     finally:
-        _tls.call = prev
+        ts.boundary = prev
         site = b.site
         if me[2] and site is not None and rec.active:
             fr = _late_frame(rec, site, start, rep0)

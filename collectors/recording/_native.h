@@ -12,16 +12,43 @@ typedef struct {
     char in_cycle;
     char internal;
     PyObject *bound;
+    PyObject *boundary; /* the compiled call this thread is in (collectors/compiled.py), or NULL */
 } TState;
 
-/* The recorder's hot attributes (_native_hot.c; state.py `HotState` on the Python path). */
+/* GCC / clang: the functions every recorded call runs in one part of the text (`TK_HOT`: the
+ * .text.hot section, next to each other), the code of its error paths out of the way
+ * (`TK_COLD`: .text.unlikely), so that a call made cold touches fewer code lines and pages
+ * (docs/BENCHMARKS.md, "tenth session"). */
+#if defined(__GNUC__)
+#define TK_HOT __attribute__((hot))
+#define TK_COLD __attribute__((cold, noinline))
+#else
+#define TK_HOT
+#define TK_COLD
+#endif
+
+/* A module attribute's truth, kept with the version of the module's dict it was read at
+ * (_native_hotpath.c `module_flag`): while the dict is unchanged the flag is, and the call
+ * reads one word of the dict object instead of looking the name up. */
+typedef struct {
+    PyObject *mod, *dict; /* the module and its dict (strong), NULL before the first read */
+    unsigned long long tag;
+    int value;
+} FlagCache;
+
+/* The recorder's hot attributes (_native_hot.c; state.py `HotState` on the Python path), the
+ * fields a call reads first, together. */
 typedef struct {
     PyObject_HEAD
     char active;
-    long long cycle, captures, gpu_every, flush_bytes, flush_ns, last_flush;
-    long long seq; /* the last call number `take_seq` gave */
-    PyObject *nvtx, *profile, *is_compiling, *compiler, *cuda, *capturing, *gpu_ref, *next_seq,
-        *rows, *loc;
+    PyObject *nvtx, *profile, *is_compiling, *compiler, *loc;
+    PyObject *ts_cached, *ts_loc; /* the last thread's ThreadState and the `loc` it was found in */
+    unsigned long long ts_id;     /* that thread's PyThreadState id (unique in the interpreter) */
+    long long cycle, captures, seq; /* seq: the last call number `take_seq` gave */
+    PyObject *rows, *next_seq;
+    long long flush_bytes, flush_ns, last_flush, gpu_every;
+    FlagCache compiling_flag, cuda_flag;
+    PyObject *cuda, *capturing, *gpu_ref;
 } Hot;
 
 /* _native_hot.c: `Hot.take_seq()`, the process's next call number (the recorder's

@@ -115,7 +115,7 @@ static PyObject *mark(PyObject *d) {
     return ev;
 }
 
-int gpu_may_time(Hot *h, long long cycle) {
+TK_HOT int gpu_may_time(Hot *h, long long cycle) {
     long long every = h->gpu_every;
     /* the calibration, a call outside every cycle: Python decides (conservatively: it may) */
     if (!h->gpu_ref || h->gpu_ref == Py_None || every <= 1 || cycle < 0) return 1;

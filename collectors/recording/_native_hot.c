@@ -34,6 +34,9 @@ static int hot_traverse(Hot *self, visitproc visit, void *arg) {
     Py_VISIT(self->nvtx); Py_VISIT(self->profile); Py_VISIT(self->is_compiling);
     Py_VISIT(self->compiler); Py_VISIT(self->cuda); Py_VISIT(self->capturing);
     Py_VISIT(self->gpu_ref); Py_VISIT(self->next_seq); Py_VISIT(self->rows); Py_VISIT(self->loc);
+    Py_VISIT(self->ts_cached); Py_VISIT(self->ts_loc);
+    Py_VISIT(self->compiling_flag.mod); Py_VISIT(self->compiling_flag.dict);
+    Py_VISIT(self->cuda_flag.mod); Py_VISIT(self->cuda_flag.dict);
     return 0;
 }
 
@@ -41,6 +44,9 @@ static int hot_clear(Hot *self) {
     Py_CLEAR(self->nvtx); Py_CLEAR(self->profile); Py_CLEAR(self->is_compiling);
     Py_CLEAR(self->compiler); Py_CLEAR(self->cuda); Py_CLEAR(self->capturing);
     Py_CLEAR(self->gpu_ref); Py_CLEAR(self->next_seq); Py_CLEAR(self->rows); Py_CLEAR(self->loc);
+    Py_CLEAR(self->ts_cached); Py_CLEAR(self->ts_loc);
+    Py_CLEAR(self->compiling_flag.mod); Py_CLEAR(self->compiling_flag.dict);
+    Py_CLEAR(self->cuda_flag.mod); Py_CLEAR(self->cuda_flag.dict);
     return 0;
 }
 

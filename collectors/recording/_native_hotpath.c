@@ -51,12 +51,14 @@ static int intern_names(void) {
 static int ts_traverse(TState *self, visitproc visit, void *arg) {
     Py_VISIT(self->stack);
     Py_VISIT(self->bound);
+    Py_VISIT(self->boundary);
     return 0;
 }
 
 static int ts_clear(TState *self) {
     Py_CLEAR(self->stack);
     Py_CLEAR(self->bound);
+    Py_CLEAR(self->boundary);
     return 0;
 }
 
@@ -86,6 +88,8 @@ static PyMemberDef ts_members[] = {
     {"in_cycle", T_BOOL, offsetof(TState, in_cycle), 0, "a cycle is open"},
     {"internal", T_BOOL, offsetof(TState, internal), 0, "tracekit's own calls"},
     {"bound", T_OBJECT, offsetof(TState, bound), 0, "the last boundary event, or None"},
+    {"boundary", T_OBJECT, offsetof(TState, boundary), 0,
+     "the compiled call this thread is in (collectors/compiled.py), or None"},
     {NULL},
 };
 
@@ -106,21 +110,25 @@ PyTypeObject TStateType = {
 
 typedef struct {
     PyObject_HEAD
+    /* what a recorded call reads, first */
     vectorcallfunc vectorcall;
-    PyObject *rec, *dict, *fn, *site, *generic, *acc_path, *site_id, *code_obj;
-    PyObject *cacc_path; /* a cycle target's acceptance rule (the site's cycle_accept_len) */
-    PyObject *seq_fn, *seq_iter; /* the recorder's `_next_seq` and the count it belongs to */
     Hot *hot; /* the recorder's `_hot`: what every call reads, without a dict look-up */
-    int starts_cycle;
-    int cycle_site; /* a cycle target (with or without a phase) */
-    int has_phase;  /* the site names a phase (a cycle-only target has none) */
-    int ready;      /* the site's codes are known: its first calls went through `generic` */
-    int acc_simple, cacc_simple; /* the rules are plain attribute names (`read_acc`) */
-    int direct; /* called as the function itself (a class attribute: binds like one) */
+    PyObject *fn, *dict, *rec, *code_obj, *acc_path;
+    PyObject *seq_fn, *seq_iter; /* the recorder's `_next_seq` and the count it belongs to */
+    long long clock_offset;
     long code;  /* phase code (-1: none, or not known yet) */
     long ccode; /* cycle code of a cycle target (-1 until known) */
-    long long clock_offset;
+    int ready;      /* the site's codes are known: its first calls went through `generic` */
+    int has_phase;  /* the site names a phase (a cycle-only target has none) */
+    int cycle_site; /* a cycle target (with or without a phase) */
+    int starts_cycle;
+    int seq_own; /* `seq_fn` is the Hot's own take_seq */
+    int acc_simple, cacc_simple; /* the rules are plain attribute names (`read_acc`) */
+    int direct; /* called as the function itself (a class attribute: binds like one) */
+    PyObject *cacc_path; /* a cycle target's acceptance rule (the site's cycle_accept_len) */
+    PyObject *site, *generic, *site_id;
     PyObject *wdict; /* the wrapper's attributes (functools.wraps: __name__, __wrapped__...) */
+    PyObject *boundary; /* a compiled call's marker (compiled.py), set on the thread while it runs */
 } PhaseCall;
 
 /* The program's arguments, as the shim hands them (a tuple and a dict) or as a direct call
@@ -154,28 +162,43 @@ static inline PyObject *dget(PyObject *d, PyObject *key) {
     return v;
 }
 
+/* An error of the hot path's own checks (-1), its code out of the hot functions' lines. */
+static TK_COLD int fail_with(PyObject *type, const char *msg) {
+    PyErr_SetString(type, msg);
+    return -1;
+}
+
+static TK_COLD PyObject *no_attr(PyObject *name) {
+    PyErr_SetObject(PyExc_AttributeError, name);
+    return NULL;
+}
+
 /* The recorder's next call number: (PyObject *)1 when `_next_seq` is the struct's own
  * `take_seq` (the caller steps `hot->seq`), else `_next_seq()` as an int, stepping its
- * itertools.count directly while `_next_seq` is the `__next__` of that count. */
-static PyObject *next_seq(PhaseCall *self) {
+ * itertools.count directly while `_next_seq` is the `__next__` of that count. What the source is
+ * is found once for each source (`seq_fn`, held): a call compares one pointer. */
+static TK_COLD void learn_seq(PhaseCall *self, PyObject *fn) {
+    Py_XSETREF(self->seq_fn, Py_NewRef(fn));
+    Py_CLEAR(self->seq_iter);
+    self->seq_own = PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == (PyObject *)self->hot &&
+                    PyCFunction_GET_FUNCTION(fn) == (PyCFunction)hot_take_seq;
+    if (self->seq_own) return;
+    PyObject *owner = PyObject_GetAttrString(fn, "__self__");
+    if (!owner) PyErr_Clear();
+    if (owner && PyIter_Check(owner)) self->seq_iter = owner;
+    else Py_XDECREF(owner);
+}
+
+static inline PyObject *next_seq(PhaseCall *self) {
     PyObject *fn = self->hot->next_seq;
-    if (!fn || fn == Py_None) { PyErr_SetObject(PyExc_AttributeError, s_next_seq); return NULL; }
-    if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == (PyObject *)self->hot &&
-        PyCFunction_GET_FUNCTION(fn) == (PyCFunction)hot_take_seq)
-        return (PyObject *)1; /* the struct's own counter: the caller steps it (no int object) */
-    if (fn != self->seq_fn) {
-        PyObject *owner = PyObject_GetAttrString(fn, "__self__");
-        if (!owner) PyErr_Clear();
-        Py_INCREF(fn);
-        Py_XSETREF(self->seq_fn, fn);
-        Py_XSETREF(self->seq_iter, owner && PyIter_Check(owner) ? owner : NULL);
-        if (owner && !self->seq_iter) Py_DECREF(owner);
-    }
+    if (!fn || fn == Py_None) return no_attr(s_next_seq);
+    if (fn != self->seq_fn) learn_seq(self, fn);
+    if (self->seq_own) return (PyObject *)1; /* the struct's own counter: no int object */
     if (self->seq_iter) return Py_TYPE(self->seq_iter)->tp_iternext(self->seq_iter);
     return PyObject_CallNoArgs(fn);
 }
 
-void hot_report_failure(PyObject *rec, const char *where) {
+TK_COLD void hot_report_failure(PyObject *rec, const char *where) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
@@ -186,14 +209,32 @@ void hot_report_failure(PyObject *rec, const char *where) {
     Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
 }
 
-static void report_failure(PhaseCall *self, const char *where) {
+static TK_COLD void report_failure(PhaseCall *self, const char *where) {
     hot_report_failure(self->rec, where);
 }
 
-/* This thread's state (new reference), made by the recorder's `_thread` on first use. */
-PyObject *hot_thread_state(PyObject *rec, Hot *h) {
+/* This thread's state (new reference), made by the recorder's `_thread` on first use. The last
+ * thread's is kept in `Hot` with its PyThreadState id (never reused in an interpreter) and the
+ * `loc` it was found in: a program's thread that makes every call finds it there, without the
+ * thread dict's look-up (docs/BENCHMARKS.md, "tenth session"); another thread looks it up. */
+static TK_COLD PyObject *thread_state_slow(PyObject *rec, PyObject *loc);
+
+TK_HOT PyObject *hot_thread_state(PyObject *rec, Hot *h) {
     PyObject *loc = h->loc;
-    if (!loc || loc == Py_None) { PyErr_SetObject(PyExc_AttributeError, s_loc); return NULL; }
+    if (!loc || loc == Py_None) return no_attr(s_loc);
+    unsigned long long tid = PyThreadState_Get()->id;
+    if (h->ts_cached && h->ts_loc == loc && h->ts_id == tid) return Py_NewRef(h->ts_cached);
+    PyObject *ts = thread_state_slow(rec, loc);
+    if (ts) {
+        Py_XSETREF(h->ts_cached, Py_NewRef(ts));
+        Py_XSETREF(h->ts_loc, Py_NewRef(loc));
+        h->ts_id = tid;
+    }
+    return ts;
+}
+
+/* hot_thread_state's look-up: the thread dict's entry, else `loc.ts`, else `rec._thread()`. */
+static TK_COLD PyObject *thread_state_slow(PyObject *rec, PyObject *loc) {
     PyObject *tdict = PyThreadState_GetDict(); /* borrowed; NULL only without a thread state */
     PyObject *hit = tdict ? PyDict_GetItemWithError(tdict, s_cache_key) : NULL;
     if (hit && PyTuple_GET_ITEM(hit, 0) == loc) {
@@ -233,17 +274,38 @@ static int asks_capture(PhaseCall *self, TState *ts) {
     return gpu_may_time(h, cycle);
 }
 
-/* The truth of module attribute `name` (1 / 0; -1 with an error set): read from the module's
- * dict, not through `getattr` (whose type look-up and generic path are most of the code and
- * cache lines a cold call touched to read two flags: docs/BENCHMARKS.md, "ninth session");
- * `getattr` only for an object that is not a plain module or lacks the name in its dict. */
-static int module_flag(PyObject *mod, PyObject *name) {
+/* The version of dict `d`: changed by every change of the dict (CPython 3.6 to 3.13; 3.14
+ * has none: there every read looks the name up). */
+#if PY_VERSION_HEX < 0x030E0000
+#define TK_DICT_TAG 1
+static inline unsigned long long dict_tag(PyObject *d) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    return (unsigned long long)((PyDictObject *)d)->ma_version_tag;
+#pragma GCC diagnostic pop
+}
+#endif
+
+/* module_flag's look-up: read from the module's dict, not through `getattr` (whose type
+ * look-up and generic path were most of the code and cache lines a cold call touched to read two
+ * flags: docs/BENCHMARKS.md, "ninth session"); `getattr` only for an object that is not a plain
+ * module or lacks the name in its dict. A plain bool found in the dict is kept in `fc` with
+ * the dict's version. */
+static TK_COLD int module_flag_slow(PyObject *mod, PyObject *name, FlagCache *fc) {
     PyObject *v = NULL;
     if (PyModule_CheckExact(mod)) {
-        v = PyDict_GetItemWithError(PyModule_GetDict(mod), name); /* borrowed */
+        PyObject *d = PyModule_GetDict(mod);
+        v = PyDict_GetItemWithError(d, name); /* borrowed */
         if (!v && PyErr_Occurred()) return -1;
-        if (v == Py_True) return 1;
-        if (v == Py_False) return 0;
+        if (v == Py_True || v == Py_False) {
+#ifdef TK_DICT_TAG
+            Py_XSETREF(fc->mod, Py_NewRef(mod));
+            Py_XSETREF(fc->dict, Py_NewRef(d));
+            fc->tag = dict_tag(d);
+            fc->value = v == Py_True;
+#endif
+            return v == Py_True;
+        }
     }
     if (v) return PyObject_IsTrue(v);
     PyObject *r = PyObject_GetAttr(mod, name);
@@ -253,13 +315,22 @@ static int module_flag(PyObject *mod, PyObject *name) {
     return t;
 }
 
+/* The truth of module attribute `name` (1 / 0; -1 with an error set): the value kept in `fc`
+ * while the module's dict has not changed since it was read, else read again. */
+static inline int module_flag(PyObject *mod, PyObject *name, FlagCache *fc) {
+#ifdef TK_DICT_TAG
+    if (fc->mod == mod && dict_tag(fc->dict) == fc->tag) return fc->value;
+#endif
+    return module_flag_slow(mod, name, fc);
+}
+
 /* 1: torch.compile traces / exports, or the current stream captures a CUDA graph (pass
  * through); 0: record; -1: error. *cuda_on: CUDA is initialised, read only where the call may
  * ask the capture query or take a CUDA event (else 0: the call needs neither). The capture query
  * (300-500 ns warm on the H200 host, 8-12 us right after a device wait; DEFINITIONS.md, "Hot
  * path") only at depth 0 (inside a recorded call the stream was not capturing when that call
  * started), and there only where `asks_capture` says a capture or a CUDA event can be. */
-static int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
+static inline int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
     Hot *h = self->hot;
     PyObject *comp = h->is_compiling;
     if (!comp || comp == Py_None) {
@@ -274,7 +345,7 @@ static int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
     /* Dynamo never runs C code while it traces (the Python shim's first statement checks
      * it), so only the flag of export / AOT tracing / compile sessions is left to read. */
     PyObject *compiler = h->compiler;
-    int skip = (compiler && compiler != Py_None) ? module_flag(compiler, s_flag) : -2;
+    int skip = (compiler && compiler != Py_None) ? module_flag(compiler, s_flag, &h->compiling_flag) : -2;
     if (skip == -2) {
         PyObject *r = PyObject_CallNoArgs(comp);
         if (!r) return -1;
@@ -286,7 +357,7 @@ static int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
     if (ask <= 0) return ask;
     PyObject *cuda = h->cuda;
     if (!cuda || cuda == Py_None) return 0;
-    *cuda_on = module_flag(cuda, s_initialized);
+    *cuda_on = module_flag(cuda, s_initialized, &h->cuda_flag);
     if (*cuda_on <= 0) return *cuda_on < 0 ? -1 : 0;
     /* the builtin behind torch.cuda.is_current_stream_capturing (the probe's), else that */
     PyObject *cap = h->capturing;
@@ -301,6 +372,17 @@ static int bypass(PhaseCall *self, int *cuda_on, TState *ts, Py_ssize_t depth) {
 /* The recorder's `cycle` += 1. */
 static inline void next_cycle(Hot *h) { h->cycle += 1; }
 
+/* list.append(item) on the phase stack: in place while its allocation has room (it keeps the
+ * room a pop left), else PyList_Append. 0 / -1. */
+static inline int stack_push(PyObject *stack, PyObject *item) {
+    PyListObject *l = (PyListObject *)stack;
+    Py_ssize_t n = Py_SIZE(l);
+    if (n >= l->allocated) return PyList_Append(stack, item);
+    l->ob_item[n] = Py_NewRef(item);
+    Py_SET_SIZE(l, n + 1);
+    return 0;
+}
+
 typedef struct {
     TState *ts;
     PyObject *ev; /* the start CUDA event, or NULL */
@@ -310,21 +392,19 @@ typedef struct {
 } Enter;
 
 /* The `enter` half; 0: recording (e filled), 1: pass through, -1: error. */
-static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
+static inline int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     int cuda_on = 0;
     PyObject *tso = hot_thread_state(self->rec, self->hot);
     if (!tso) return -1;
     if (!Py_IS_TYPE(tso, &TStateType)) {
         Py_DECREF(tso);
-        PyErr_SetString(PyExc_TypeError, "the recorder's thread state is not the native one");
-        return -1;
+        return fail_with(PyExc_TypeError, "the recorder's thread state is not the native one");
     }
     TState *ts = (TState *)tso;
     PyObject *stack = ts->stack;
     if (!PyList_Check(stack)) {
         Py_DECREF(tso);
-        PyErr_SetString(PyExc_TypeError, "stack is not a list");
-        return -1;
+        return fail_with(PyExc_TypeError, "stack is not a list");
     }
     Py_ssize_t depth = PyList_GET_SIZE(stack);
     int skip = bypass(self, &cuda_on, ts, depth);
@@ -346,7 +426,7 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
         } else if (self->starts_cycle && !ts->in_cycle) {
             next_cycle(self->hot);
         }
-        if (PyList_Append(stack, self->code_obj) < 0) return -1;
+        if (stack_push(stack, self->code_obj) < 0) return -1;
     }
     e->cycle = self->hot->cycle;
     PyObject *seq = next_seq(self);
@@ -378,7 +458,7 @@ static int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
  * test `PyByteArray_Resize` makes first, without its call), else grown to twice the size needed
  * (`PyByteArray_Resize` alone grows by an eighth: a `realloc`, often a copy, every few rows
  * after a flush emptied the buffer), its size then set to the rows it holds. 0 / -1. */
-static int append_row(PyObject *rows, const unsigned char *row) {
+static inline int append_row(PyObject *rows, const unsigned char *row) {
     PyByteArrayObject *b = (PyByteArrayObject *)rows;
     Py_ssize_t n = Py_SIZE(b), want = n + ROW_SIZE;
     if (b->ob_exports > 0 || want + (b->ob_start - b->ob_bytes) + 1 > b->ob_alloc) {
@@ -395,18 +475,14 @@ static int append_row(PyObject *rows, const unsigned char *row) {
     return 0;
 }
 
-static int pack_row(PyObject *rows, long code, long long cycle, long depth, long parent,
+static inline int pack_row(PyObject *rows, long code, long long cycle, long depth, long parent,
                     long long tid, long long seq, long long start, long long end,
                     long long replays, double acc, int ok) {
     if (code < INT32_MIN || code > INT32_MAX || depth > INT32_MAX || parent < INT32_MIN ||
-        parent > INT32_MAX || replays < INT32_MIN || replays > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "a row field is out of its int32 range");
-        return -1;
-    }
-    if (!PyByteArray_Check(rows)) {
-        PyErr_SetString(PyExc_TypeError, "the recorder's row buffer is not a bytearray");
-        return -1;
-    }
+        parent > INT32_MAX || replays < INT32_MIN || replays > INT32_MAX)
+        return fail_with(PyExc_OverflowError, "a row field is out of its int32 range");
+    if (!PyByteArray_Check(rows))
+        return fail_with(PyExc_TypeError, "the recorder's row buffer is not a bytearray");
     int32_t i32;
     unsigned char row[ROW_SIZE], *p = row;
 #define PUT(v, T) do { T x_ = (T)(v); memcpy(p, &x_, sizeof x_); p += sizeof x_; } while (0)
@@ -431,10 +507,8 @@ static int simple_rule(PyObject *rule) {
 /* A call's acceptance by `rule` (the site's, or its cycle's), NaN without one; `key` keys the
  * per-request readings (readings.py `read_accept`, which this is: a plain attribute holding
  * None, a bool, an int or a float is read here, anything else there). */
-static int read_acc(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
-                    long long key, double *out) {
-    *out = NAN;
-    if (!result || rule == Py_None) return 0;
+static TK_COLD int read_acc_rule(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
+                                  long long key, double *out) {
     if (simple && !PyDict_Check(result)) {
         PyObject *v = PyObject_GetAttr(result, rule);
         if (!v) {
@@ -464,23 +538,30 @@ static int read_acc(PhaseCall *self, PyObject *result, PyObject *rule, int simpl
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
+static inline int read_acc(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
+                           long long key, double *out) {
+    *out = NAN;
+    if (!result || rule == Py_None) return 0;
+    return read_acc_rule(self, result, rule, simple, key, out);
+}
+
 /* The `exit` half, after the call; -1: error (the caller reports it). The rows, in order: the
  * phase's (a phase site), then the cycle's (a call that opened a cycle: seq, or -seq beside a
  * phase row), as the generic `exit` writes them. */
-static int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
+static inline int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
     long long end = now_ns(self->clock_offset);
     TState *ts = e->ts;
     if (e->ev && gpu_end(d, ts, e->seq, e->ev, e->cycle, self->clock_offset) < 0) return -1;
     long long replays = ts->replays - e->rep0;
     Hot *h = self->hot;
     PyObject *rows = h->rows;
-    if (!rows) { PyErr_SetObject(PyExc_AttributeError, s_rows); return -1; }
+    if (!rows) { no_attr(s_rows); return -1; }
     double acc;
     if (self->has_phase) {
         PyObject *stack = ts->stack;
-        if (!PyList_Check(stack)) { PyErr_SetString(PyExc_TypeError, "stack is not a list"); return -1; }
+        if (!PyList_Check(stack)) return fail_with(PyExc_TypeError, "stack is not a list");
         Py_ssize_t n = PyList_GET_SIZE(stack);
-        if (!n) { PyErr_SetString(PyExc_IndexError, "pop from empty list"); return -1; }
+        if (!n) return fail_with(PyExc_IndexError, "pop from empty list");
         PyObject *top = PyList_GET_ITEM(stack, n - 1); /* list.pop(): the size shrinks, the */
         Py_SET_SIZE(stack, n - 1);                     /* allocation stays for the next push */
         Py_DECREF(top);
@@ -525,7 +606,7 @@ static long registered(PyObject *d, PyObject *name, PyObject *site_id) {
 /* After a call through `generic`: the site's phase code (`_info`) and, for a cycle target,
  * its cycle code (`_cycle_codes`, made when one of its calls first opened a cycle); the C
  * body takes over once every code the site needs is known. */
-static void learn_codes(PhaseCall *self, PyObject *d) {
+static TK_COLD void learn_codes(PhaseCall *self, PyObject *d) {
     if (self->has_phase && self->code < 0) {
         long code = registered(d, s_info, self->site_id);
         PyObject *co = code >= 0 ? PyLong_FromLong(code) : NULL;
@@ -536,10 +617,10 @@ static void learn_codes(PhaseCall *self, PyObject *d) {
     self->ready = (!self->has_phase || self->code >= 0) && (!self->cycle_site || self->ccode >= 0);
 }
 
-static PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
+/* A recording call: the site's first calls through `generic`, then enter, the call, exit. */
+static inline PyObject *pc_record(PhaseCall *self, const CallArgs *c) {
     PyObject *d = self->dict;
     Hot *h = self->hot;
-    if (!h->active) return invoke(self->fn, c);
     if (!self->ready || h->nvtx != Py_None || h->profile != Py_None) {
         if (!self->ready) learn_codes(self, d);
         return invoke(self->generic, c);
@@ -562,18 +643,48 @@ static PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
     return result;
 }
 
+/* A compiled callable's call (`boundary` set): the thread's current compiled call is the
+ * boundary's marker while it runs (a recompile during it finds its boundary: compiled.py
+ * `Boundaries.traced`), the previous one after, as the Python path's `ThreadState.boundary`. */
+static TK_HOT PyObject *pc_boundary_call(PhaseCall *self, const CallArgs *c) {
+    PyObject *tso = hot_thread_state(self->rec, self->hot);
+    if (!tso || !Py_IS_TYPE(tso, &TStateType)) {
+        if (tso) {
+            Py_DECREF(tso);
+            fail_with(PyExc_TypeError, "the recorder's thread state is not the native one");
+        }
+        report_failure(self, "compiled boundary");
+        return invoke(self->fn, c);
+    }
+    TState *ts = (TState *)tso;
+    PyObject *prev = ts->boundary; /* owned: given back below */
+    ts->boundary = Py_NewRef(self->boundary);
+    PyObject *result = pc_record(self, c);
+    PyObject *mine = ts->boundary;
+    ts->boundary = prev;
+    Py_XDECREF(mine);
+    Py_DECREF(tso);
+    return result;
+}
+
+static TK_HOT PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
+    if (!self->hot->active) return invoke(self->fn, c);
+    if (self->boundary) return pc_boundary_call(self, c);
+    return pc_record(self, c);
+}
+
 static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
                                PyObject *kwnames);
 
 static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"rec", "fn", "site", "generic", "acc_path", "starts_cycle",
-                         "clock_offset", "cycle", "has_phase", "cycle_acc_path", NULL};
-    PyObject *rec, *fn, *site, *generic, *acc_path, *cacc_path = Py_None;
+                         "clock_offset", "cycle", "has_phase", "cycle_acc_path", "boundary", NULL};
+    PyObject *rec, *fn, *site, *generic, *acc_path, *cacc_path = Py_None, *boundary = Py_None;
     int starts_cycle, cycle = 0, has_phase = 1;
     long long offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL|ppO", kw, &rec, &fn, &site, &generic,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL|ppOO", kw, &rec, &fn, &site, &generic,
                                      &acc_path, &starts_cycle, &offset, &cycle, &has_phase,
-                                     &cacc_path))
+                                     &cacc_path, &boundary))
         return NULL;
     PyObject *hot = PyObject_GetAttrString(rec, "_hot");
     if (!hot) return NULL;
@@ -605,6 +716,7 @@ static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->code = -1;
     self->starts_cycle = starts_cycle;
     self->clock_offset = offset;
+    self->boundary = boundary == Py_None ? NULL : Py_NewRef(boundary);
     if (!self->site_id || !self->code_obj) { Py_DECREF(self); return NULL; }
     return (PyObject *)self;
 }
@@ -635,6 +747,7 @@ static PyObject *pc_direct(PhaseCall *self, PyObject *unused) {
     d->code = self->code;
     d->starts_cycle = self->starts_cycle;
     d->clock_offset = self->clock_offset;
+    d->boundary = Py_XNewRef(self->boundary);
     d->direct = 1;
     d->vectorcall = pc_direct_vectorcall;
     return (PyObject *)d;
@@ -658,6 +771,7 @@ static int pc_traverse(PhaseCall *self, visitproc visit, void *arg) {
     Py_VISIT(self->generic); Py_VISIT(self->acc_path); Py_VISIT(self->cacc_path);
     Py_VISIT(self->seq_fn);
     Py_VISIT(self->seq_iter); Py_VISIT(self->wdict); Py_VISIT(self->hot);
+    Py_VISIT(self->boundary);
     return 0;
 }
 
@@ -668,6 +782,7 @@ static int pc_clear(PhaseCall *self) {
     Py_CLEAR(self->code_obj); Py_CLEAR(self->seq_fn); Py_CLEAR(self->seq_iter);
     Py_CLEAR(self->wdict);
     Py_CLEAR(self->hot);
+    Py_CLEAR(self->boundary);
     return 0;
 }
 
@@ -703,8 +818,8 @@ static PyMethodDef pc_methods[] = {
 
 /* The shim's call: native(args, kwargs), the wrapper's own tuple and dict passed as they are
  * (no copy of either; an empty dict is no keywords). */
-static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
-                               PyObject *kwnames) {
+static TK_HOT PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
+                                      PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (n != 2 || kwnames || !PyTuple_Check(argv[0]) || !PyDict_Check(argv[1])) {
         PyErr_SetString(PyExc_TypeError, "PhaseCall takes (args tuple, kwargs dict)");
@@ -715,8 +830,8 @@ static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nar
 }
 
 /* A direct PhaseCall's call: the program's arguments as they came, passed on as they are. */
-static PyObject *pc_direct_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
-                                      PyObject *kwnames) {
+static TK_HOT PyObject *pc_direct_vectorcall(PyObject *self, PyObject *const *argv,
+                                             size_t nargsf, PyObject *kwnames) {
     CallArgs c = {NULL, NULL, argv, nargsf, kwnames};
     return pc_call((PhaseCall *)self, &c);
 }
@@ -728,7 +843,7 @@ PyTypeObject PhaseCallType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PhaseCall(rec, fn, site, generic, acc_path, starts_cycle, clock_offset, cycle=False, "
-              "has_phase=True, cycle_acc_path=None): the recording body of a phase or cycle "
+              "has_phase=True, cycle_acc_path=None, boundary=None): the recording body of a phase or cycle "
               "site's sync wrapper (HotPath.sync_call), called as native(args, kwargs).",
     .tp_new = pc_new,
     .tp_vectorcall_offset = offsetof(PhaseCall, vectorcall),

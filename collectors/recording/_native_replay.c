@@ -25,7 +25,7 @@ typedef struct {
     vectorcallfunc vectorcall;
 } ReplayCount;
 
-static PyObject *rc_vectorcall(PyObject *obj, PyObject *const *argv, size_t nargsf,
+static TK_HOT PyObject *rc_vectorcall(PyObject *obj, PyObject *const *argv, size_t nargsf,
                                PyObject *kwnames) {
     ReplayCount *self = (ReplayCount *)obj;
     if (self->hot->active) {

@@ -245,7 +245,11 @@ class HotPath(Lifecycle):
         return python_call(self, fn, site, generic, (site.starts_cycle, acc_path, dyn, noted))
 
     def native_phase_call(
-        self, fn: Callable[..., Any], site: Site, generic: Callable[..., Any]
+        self,
+        fn: Callable[..., Any],
+        site: Site,
+        generic: Callable[..., Any],
+        boundary: object = None,
     ) -> Any:
         """The native `_native.PhaseCall` that records `site`'s calls of `fn` in C, as the
         Python body does (same rows, same order of calls into the recorder; `generic` for the
@@ -253,7 +257,8 @@ class HotPath(Lifecycle):
         does not serve the site (no extension, an accept rule that needs the arguments). A
         cycle target's call opens its cycle and writes its cycle row as `enter` / `exit` do
         (docs/BENCHMARKS.md, "seventh session": the generic path was most of a cycle's host
-        cost). The sync wrapper and the compiled boundary (collectors/compiled.py) use it."""
+        cost). The sync wrapper and the compiled boundary (collectors/compiled.py) use it; the
+        boundary's `boundary` marker is this thread's `ThreadState.boundary` while a call runs."""
         if self._native is None or (site.phase is None and not site.cycle) or site.needs_args:
             return None
         if self._is_compiling is None and "torch" in _modules:
@@ -263,6 +268,7 @@ class HotPath(Lifecycle):
         return self._native.PhaseCall(
             self, fn, site, generic, acc_path, site.starts_cycle, CLOCK_OFFSET_NS,
             cycle=site.cycle, has_phase=site.phase is not None, cycle_acc_path=cacc_path,
+            boundary=boundary,
         )  # fmt: skip
 
     def _accept(

@@ -92,7 +92,7 @@ class ThreadState:
     tracekit itself is running (its own calls are not recorded). The native hot path has its
     own type with the same attributes (`_native.ThreadState`)."""
 
-    __slots__ = ("bound", "in_cycle", "internal", "replays", "stack", "tid")
+    __slots__ = ("bound", "boundary", "in_cycle", "internal", "replays", "stack", "tid")
 
     def __init__(self) -> None:
         self.stack: list[int] = []
@@ -103,6 +103,8 @@ class ThreadState:
         # the end event of this thread's last GPU-timed top-level phase, which the next one
         # may share as its start: (event, cycle, CPU ns just after its record) or None
         self.bound: tuple[Any, int, int] | None = None
+        # the compiled call this thread is in (collectors/compiled.py's marker), or None
+        self.boundary: Any = None
 
 
 # What enter() hands to exit(): one tuple (not tracked by gc once freed, never kept).

@@ -403,6 +403,8 @@ def test_boundary_calls_take_the_native_hot_path_once_the_site_is_known(
     # Python fallback every call does
     assert [r["phase"] for r in rows] == ["draft"] * 8
     assert len(entered) == (8 if rec._native is None else 2)
+    # and the thread's current compiled call (set while each call ran) is none again
+    assert compiled.this_thread(rec).boundary is None
 
 
 @pytest.mark.skipif(native.NATIVE is None, reason="direct calls need the native hot path")

@@ -9,6 +9,8 @@ import os
 import shutil
 import sysconfig
 import threading
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -293,15 +295,22 @@ def test_dynamo_traces_the_native_wrapper_without_a_graph_break(tmp_path: Path) 
 
 @needs_native
 def test_threads_and_interleaved_recorders_keep_their_own_state(tmp_path: Path) -> None:
-    a = Recorder(RecorderConfig(raw_dir=tmp_path / "a" / "raw"))
-    b = Recorder(RecorderConfig(raw_dir=tmp_path / "b" / "raw"))
+    def config(name: str) -> RecorderConfig:  # no flush: every row stays in the buffer
+        return RecorderConfig(raw_dir=tmp_path / name / "raw", flush_records=10**6,
+                              flush_seconds=1e6)  # fmt: skip
+
+    a, b = Recorder(config("a")), Recorder(config("b"))
     wa = make_wrapper(lambda: 1, Site(Target("m", "a"), phase="pa"), a)
     wb = make_wrapper(lambda: 2, Site(Target("m", "b"), phase="pb"), b)
+    tids: list[int] = []
 
     def work() -> None:
-        for _ in range(50):
+        tids.append(threading.get_native_id())
+        for i in range(50):
             wa()
             wb()  # the thread-state cache switches recorder every call
+            if i % 7 == 0:
+                time.sleep(0)  # the threads' calls interleave: the last thread's state changes
 
     threads = [threading.Thread(target=work) for _ in range(3)]
     work()
@@ -311,9 +320,10 @@ def test_threads_and_interleaved_recorders_keep_their_own_state(tmp_path: Path) 
         t.join()
     for rec in (a, b):
         rows = list(ROW.iter_unpack(bytes(rec._rows)))
-        assert len(rows) + rec._rows_written == 200
+        assert len(rows) == 200
         assert len({r[5] for r in rows}) == len(rows)  # seq unique
         assert all(r[2] == 0 and r[3] == -1 for r in rows)  # depth 0, no parent
+        assert Counter(r[4] for r in rows) == dict.fromkeys(tids, 50)  # each thread's own state
         rec.close()
 
 
