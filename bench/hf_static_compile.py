@@ -108,8 +108,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="an experiment (issue 25): under tracekit launch, the compiled boundary's recorded "
         "call once its site is known replaced by: `python` (default) a plain call of the compiled "
-        "function from Python (its frame, thread-local marker and the replay count kept, no "
-        "recorded call); `c` the same call made from C (a pass-through C callable: is it the "
+        "function from Python (its frame and the replay count kept; no recorded call and, since "
+        "the marker is set by the recorded call, no marker); `c` the same call made from C (a pass-through C callable: is it the "
         "call from C that costs?); `generic` the Python `enter` / `exit` recording it",
     )
     p.add_argument(
@@ -188,7 +188,7 @@ def _bare_boundary(variant: str) -> None:
     if compiled_mod is None:
         raise SystemExit("--bare-boundary: run under tracekit launch")
 
-    def bare(rec: Any, compiled: Any, _site: Any, generic: Any) -> Any:
+    def bare(rec: Any, compiled: Any, _site: Any, generic: Any, _marker: Any) -> Any:
         if variant == "generic":
             return lambda args, kwargs: generic(*args, **kwargs)
         if variant == "c":  # the replay counter's C type as a pass-through (it counts, harmless)
