@@ -343,23 +343,13 @@ def _discovering(
     finally:
         ts.boundary = prev
         site = b.site
-        if me[2] and site is not None and rec.active:
-            fr = _late_frame(rec, site, start, rep0)
-            if fr is not None:
-                rec.exit(fr, ok, result, b.exit_args(site, args), kwargs)
+        # the call that compiled (its site learnt during it): entered now, stamped from its
+        # start and its replay count then
+        fr = rec.enter(site) if me[2] and site is not None and rec.active else None
+        if fr is not None and site is not None:
+            fr = (*fr[:7], rep0, *fr[8:-1], start)
+            rec.exit(fr, ok, result, b.exit_args(site, args), kwargs)
     return result
-
-
-def _late_frame(rec: Recorder, site: Site, start: int, rep0: int) -> Any:
-    """The frame of the call that compiled (its site was learnt during the call): entered now,
-    stamped from the call's start and its replay count then."""
-    entered = rec.enter(site)
-    if entered is None:
-        return None
-    fr: list[Any] = list(entered)
-    fr[7] = rep0
-    fr[-1] = start
-    return tuple(fr)
 
 
 def install_boundaries(module: Any, boundaries: Boundaries) -> None:

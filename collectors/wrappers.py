@@ -57,8 +57,12 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
     from tracekit.collectors.phasemap import bind_site
 
     site = bind_site(site, fn)
+    sync_call = getattr(hooks, "sync_call", None)
     if site.needs_args:
-        return _args_wrapper(fn, site, hooks)
+        if inspect.iscoroutinefunction(fn) or sync_call is None:
+            return _args_wrapper(fn, site, hooks)
+        # the recorder's own body (native: the arguments handed to the rule in C), or this
+        return _marked(fn, site, sync_call(fn, site, _args_body(fn, site, hooks)))
     dyn, noted = gate(site)
     if inspect.iscoroutinefunction(fn):
         return _marked(fn, site, _async_body(fn, site, hooks, dyn, noted, with_args=False))
@@ -83,7 +87,6 @@ def make_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[.
         leave(frame, True, result)
         return result
 
-    sync_call = getattr(hooks, "sync_call", None)
     # the recorder's own body, with enter/exit inlined, falling back to `wrapper`
     return _marked(fn, site, wrapper if sync_call is None else sync_call(fn, site, wrapper))
 
@@ -133,9 +136,18 @@ def _args_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[
     """`make_wrapper` for a site whose accept rule reads an argument of the call."""
     from tracekit.collectors.compiled import gate
 
-    dyn, noted = gate(site)
     if inspect.iscoroutinefunction(fn):
+        dyn, noted = gate(site)
         return _marked(fn, site, _async_body(fn, site, hooks, dyn, noted, with_args=True))
+    return _marked(fn, site, _args_body(fn, site, hooks))
+
+
+def _args_body(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[..., Any]:
+    """The plain `enter` / `exit` body of a sync wrapper whose rule reads the call's arguments
+    (they are handed to `exit`)."""
+    from tracekit.collectors.compiled import gate
+
+    dyn, noted = gate(site)
 
     def body(*args: Any, **kwargs: Any) -> Any:
         if dyn():  # first: Dynamo folds it, sees `fn` only (collectors/compiled.py)
@@ -154,7 +166,7 @@ def _args_wrapper(fn: Callable[..., Any], site: Site, hooks: Hooks) -> Callable[
         hooks.exit(frame, True, result, args, kwargs)
         return result
 
-    return _marked(fn, site, body)
+    return body
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,7 @@ typedef struct {
     int seq_own; /* `seq_fn` is the Hot's own take_seq */
     int acc_simple, cacc_simple; /* the rules are plain attribute names (`read_acc`) */
     int direct; /* called as the function itself (a class attribute: binds like one) */
+    int with_args; /* a rule reads the call's arguments: `_accept` is given them */
     PyObject *cacc_path; /* a cycle target's acceptance rule (the site's cycle_accept_len) */
     PyObject *site, *generic, *site_id;
     PyObject *wdict; /* the wrapper's attributes (functools.wraps: __name__, __wrapped__...) */
@@ -507,8 +508,34 @@ static int simple_rule(PyObject *rule) {
 /* A call's acceptance by `rule` (the site's, or its cycle's), NaN without one; `key` keys the
  * per-request readings (readings.py `read_accept`, which this is: a plain attribute holding
  * None, a bool, an int or a float is read here, anything else there). */
+/* The call's arguments as `exit` takes them: the positional tuple (a new reference) and the
+ * keywords (a new dict, or NULL for none); 0 / -1. */
+static int call_args(const CallArgs *c, PyObject **args, PyObject **kwargs) {
+    *kwargs = NULL;
+    if (c->args) {
+        *args = Py_NewRef(c->args);
+        *kwargs = Py_XNewRef(c->kwargs);
+        return 0;
+    }
+    Py_ssize_t n = PyVectorcall_NARGS(c->nargsf);
+    *args = PyTuple_New(n);
+    if (!*args) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(*args, i, Py_NewRef(c->argv[i]));
+    Py_ssize_t nk = c->kwnames ? PyTuple_GET_SIZE(c->kwnames) : 0;
+    if (!nk) return 0;
+    *kwargs = PyDict_New();
+    for (Py_ssize_t i = 0; *kwargs && i < nk; i++)
+        if (PyDict_SetItem(*kwargs, PyTuple_GET_ITEM(c->kwnames, i), c->argv[n + i]) < 0)
+            Py_CLEAR(*kwargs);
+    if (*kwargs) return 0;
+    Py_CLEAR(*args);
+    return -1;
+}
+
+/* read_acc past its plain cases: the recorder's `_accept` (readings.py), given the call's
+ * arguments where the site's rule reads one (`with_args`), else none. */
 static TK_COLD int read_acc_rule(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
-                                  long long key, double *out) {
+                                 const CallArgs *c, long long key, double *out) {
     if (simple && !PyDict_Check(result)) {
         PyObject *v = PyObject_GetAttr(result, rule);
         if (!v) {
@@ -530,8 +557,14 @@ static TK_COLD int read_acc_rule(PhaseCall *self, PyObject *result, PyObject *ru
             Py_DECREF(v);
         }
     }
-    PyObject *r = PyObject_CallMethod(self->rec, "_accept", "OO()OOL", result, rule, Py_None,
-                                      self->site, key);
+    PyObject *args = NULL, *kwargs = NULL;
+    if (self->with_args && call_args(c, &args, &kwargs) < 0) return -1;
+    PyObject *r = args ? PyObject_CallMethod(self->rec, "_accept", "OOOOOL", result, rule, args,
+                                             kwargs ? kwargs : Py_None, self->site, key)
+                       : PyObject_CallMethod(self->rec, "_accept", "OO()OOL", result, rule,
+                                             Py_None, self->site, key);
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
     if (!r) return -1;
     *out = PyFloat_AsDouble(r);
     Py_DECREF(r);
@@ -539,16 +572,17 @@ static TK_COLD int read_acc_rule(PhaseCall *self, PyObject *result, PyObject *ru
 }
 
 static inline int read_acc(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
-                           long long key, double *out) {
+                           const CallArgs *c, long long key, double *out) {
     *out = NAN;
     if (!result || rule == Py_None) return 0;
-    return read_acc_rule(self, result, rule, simple, key, out);
+    return read_acc_rule(self, result, rule, simple, c, key, out);
 }
 
 /* The `exit` half, after the call; -1: error (the caller reports it). The rows, in order: the
  * phase's (a phase site), then the cycle's (a call that opened a cycle: seq, or -seq beside a
  * phase row), as the generic `exit` writes them. */
-static inline int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result) {
+static inline int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *result,
+                          const CallArgs *c) {
     long long end = now_ns(self->clock_offset);
     TState *ts = e->ts;
     if (e->ev && gpu_end(d, ts, e->seq, e->ev, e->cycle, self->clock_offset) < 0) return -1;
@@ -565,7 +599,7 @@ static inline int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *resu
         PyObject *top = PyList_GET_ITEM(stack, n - 1); /* list.pop(): the size shrinks, the */
         Py_SET_SIZE(stack, n - 1);                     /* allocation stays for the next push */
         Py_DECREF(top);
-        if (read_acc(self, result, self->acc_path, self->acc_simple, e->seq, &acc) < 0 ||
+        if (read_acc(self, result, self->acc_path, self->acc_simple, c, e->seq, &acc) < 0 ||
             pack_row(rows, self->code, e->cycle, e->depth, e->parent, ts->tid, e->seq,
                      e->start, end, replays, acc, result != NULL) < 0)
             return -1;
@@ -573,7 +607,7 @@ static inline int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *resu
     if (e->ccode >= 0) {
         ts->in_cycle = 0;
         if (gpu_drop_bound(d, ts) < 0 ||
-            read_acc(self, result, self->cacc_path, self->cacc_simple, -e->seq, &acc) < 0 ||
+            read_acc(self, result, self->cacc_path, self->cacc_simple, c, -e->seq, &acc) < 0 ||
             pack_row(rows, e->ccode, e->cycle, e->depth, -1, ts->tid,
                      self->has_phase ? -e->seq : e->seq, e->start, end, replays, acc,
                      result != NULL) < 0)
@@ -636,7 +670,7 @@ static inline PyObject *pc_record(PhaseCall *self, const CallArgs *c) {
     PyObject *result = invoke(self->fn, c);
     PyObject *et = NULL, *ev = NULL, *etb = NULL;
     if (!result) PyErr_Fetch(&et, &ev, &etb); /* the program's exception, given back below */
-    if (do_exit(self, d, &e, result) < 0) report_failure(self, "exit");
+    if (do_exit(self, d, &e, result, c) < 0) report_failure(self, "exit");
     Py_DECREF(e.ts);
     Py_XDECREF(e.ev);
     if (!result) PyErr_Restore(et, ev, etb);
@@ -678,13 +712,14 @@ static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nar
 
 static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"rec", "fn", "site", "generic", "acc_path", "starts_cycle",
-                         "clock_offset", "cycle", "has_phase", "cycle_acc_path", "boundary", NULL};
+                         "clock_offset", "cycle", "has_phase", "cycle_acc_path", "boundary",
+                         "with_args", NULL};
     PyObject *rec, *fn, *site, *generic, *acc_path, *cacc_path = Py_None, *boundary = Py_None;
-    int starts_cycle, cycle = 0, has_phase = 1;
+    int starts_cycle, cycle = 0, has_phase = 1, with_args = 0;
     long long offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL|ppOO", kw, &rec, &fn, &site, &generic,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL|ppOOp", kw, &rec, &fn, &site, &generic,
                                      &acc_path, &starts_cycle, &offset, &cycle, &has_phase,
-                                     &cacc_path, &boundary))
+                                     &cacc_path, &boundary, &with_args))
         return NULL;
     PyObject *hot = PyObject_GetAttrString(rec, "_hot");
     if (!hot) return NULL;
@@ -717,6 +752,7 @@ static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->starts_cycle = starts_cycle;
     self->clock_offset = offset;
     self->boundary = boundary == Py_None ? NULL : Py_NewRef(boundary);
+    self->with_args = with_args;
     if (!self->site_id || !self->code_obj) { Py_DECREF(self); return NULL; }
     return (PyObject *)self;
 }
@@ -748,6 +784,7 @@ static PyObject *pc_direct(PhaseCall *self, PyObject *unused) {
     d->starts_cycle = self->starts_cycle;
     d->clock_offset = self->clock_offset;
     d->boundary = Py_XNewRef(self->boundary);
+    d->with_args = self->with_args;
     d->direct = 1;
     d->vectorcall = pc_direct_vectorcall;
     return (PyObject *)d;
@@ -843,7 +880,7 @@ PyTypeObject PhaseCallType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PhaseCall(rec, fn, site, generic, acc_path, starts_cycle, clock_offset, cycle=False, "
-              "has_phase=True, cycle_acc_path=None, boundary=None): the recording body of a phase or cycle "
+              "has_phase=True, cycle_acc_path=None, boundary=None, with_args=False): the recording body of a phase or cycle "
               "site's sync wrapper (HotPath.sync_call), called as native(args, kwargs).",
     .tp_new = pc_new,
     .tp_vectorcall_offset = offsetof(PhaseCall, vectorcall),

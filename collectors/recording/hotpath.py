@@ -233,13 +233,13 @@ class HotPath(Lifecycle):
         which register it, an NVTX tool, full mode) goes through `generic`, the wrapper's plain
         `enter` / `exit` body (the test `test_inlined_phase_path_records_what_enter_exit_record`
         compares both, test_native_hotpath.py the native path and `generic`)."""
-        if (site.phase is None and not site.cycle) or site.needs_args:
+        if site.phase is None and not site.cycle:
             return generic
         dyn, noted = _gate(site)
-        native = self.native_phase_call(fn, site, generic)
+        native = self.native_phase_call(fn, site, generic, with_args=True)
         if native is not None:
             return _native_shim(fn, native, dyn, noted)
-        if site.cycle:  # the Python body serves phase sites only
+        if site.cycle or site.needs_args:  # the Python body serves phase sites, no arguments
             return generic
         acc_path = site.bound[0] if site.bound[0] is not None else site.accept_len
         return python_call(self, fn, site, generic, (site.starts_cycle, acc_path, dyn, noted))
@@ -250,16 +250,22 @@ class HotPath(Lifecycle):
         site: Site,
         generic: Callable[..., Any],
         boundary: object = None,
+        with_args: bool = False,
     ) -> Any:
         """The native `_native.PhaseCall` that records `site`'s calls of `fn` in C, as the
         Python body does (same rows, same order of calls into the recorder; `generic` for the
         states it leaves to Python), called as `pc(args, kwargs)`; None where the native path
-        does not serve the site (no extension, an accept rule that needs the arguments). A
+        does not serve the site (no extension; an accept rule that reads the call's arguments
+        where the caller cannot hand them over: `with_args`, which the sync wrapper sets and
+        the compiled boundary does not; `_accept` then gets the call's arguments as `exit`
+        would). A
         cycle target's call opens its cycle and writes its cycle row as `enter` / `exit` do
         (docs/BENCHMARKS.md, "seventh session": the generic path was most of a cycle's host
         cost). The sync wrapper and the compiled boundary (collectors/compiled.py) use it; the
         boundary's `boundary` marker is this thread's `ThreadState.boundary` while a call runs."""
-        if self._native is None or (site.phase is None and not site.cycle) or site.needs_args:
+        if self._native is None or (site.phase is None and not site.cycle):
+            return None
+        if site.needs_args and not with_args:
             return None
         if self._is_compiling is None and "torch" in _modules:
             self._probe_torch()  # the compile check is live from the first call
@@ -268,7 +274,7 @@ class HotPath(Lifecycle):
         return self._native.PhaseCall(
             self, fn, site, generic, acc_path, site.starts_cycle, CLOCK_OFFSET_NS,
             cycle=site.cycle, has_phase=site.phase is not None, cycle_acc_path=cacc_path,
-            boundary=boundary,
+            boundary=boundary, with_args=site.needs_args,
         )  # fmt: skip
 
     def _accept(

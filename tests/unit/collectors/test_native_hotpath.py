@@ -142,6 +142,100 @@ def test_native_and_python_paths_write_identical_records(tmp_path: Path) -> None
     assert {r[8] for r in verify} == {1}
 
 
+class Ids:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+ARGS_MAP = """
+[[phase]]
+name = "draft"
+targets = ["tk_args_prog:Drafter.propose"]
+accept = { from = "arg:ids", value = "n" }
+
+[[phase]]
+name = "accept"
+targets = ["tk_args_prog:update"]
+accept = { from = "arg:ids", value = "n", kind = "delta", state = "after" }
+
+[cycle]
+starts_with = "draft"
+"""
+
+
+def _args_run(tmp_path: Path, name: str, use_native: bool) -> tuple[Recorder, list[Any], int]:
+    """Rules that read an argument: a method (a class attribute: the direct call on the native
+    path) called by position and by keyword, and a module function; 4 cycles. Returns the
+    recorder, its sites and how many calls went through the generic `enter`."""
+    import types
+
+    from tracekit.collectors.phasemap import parse
+    from tracekit.collectors.wrappers import install
+
+    mod = types.ModuleType("tk_args_prog")
+
+    class Drafter:
+        def propose(self, ids: Ids, extra: int = 0) -> int:
+            return ids.n + extra
+
+    def update(ids: Ids) -> None:
+        return None
+
+    mod.Drafter, mod.update = Drafter, update  # type: ignore[attr-defined]
+    cfg = RecorderConfig(raw_dir=tmp_path / name / "raw", flush_records=10**6, native=use_native)
+    rec = Recorder(cfg)
+    entered: list[object] = []
+    generic_enter = rec.enter
+
+    def counting_enter(site: Site) -> Any:
+        entered.append(site)
+        return generic_enter(site)
+
+    rec.enter = counting_enter  # type: ignore[method-assign]
+    sites = parse(ARGS_MAP).sites()["tk_args_prog"]
+    for site in sites:
+        install(mod, site, rec)
+    d = mod.Drafter()
+    for n in range(4):
+        if n % 2:
+            assert d.propose(Ids(n)) == n
+        else:
+            assert d.propose(ids=Ids(n), extra=1) == n + 1
+        mod.update(Ids(10 * (n + 1)))
+    return rec, sites, len(entered)
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_rules_reading_an_argument_run_on_the_native_path(tmp_path: Path, use_native: bool) -> None:
+    if use_native and native.NATIVE is None:
+        pytest.skip(native.WHY_NOT)
+    # GIVEN a program whose two phases' acceptance rules read an argument, on either hot path
+    rec, _sites, entered = _args_run(tmp_path, "run", use_native)
+    rows = _rows(rec)
+    # THEN the draft rows carry the ids' n (by position and by keyword), the accept rows the
+    # length their delta rule reads (the growth is the analysis's: DEFINITIONS.md)
+    code = {p: rec._codes[id(_site_of(rec, p))] for p in ("draft", "accept")}
+    assert [r[9] for r in rows if r[0] == code["draft"]] == [0.0, 1.0, 2.0, 3.0]
+    assert [r[9] for r in rows if r[0] == code["accept"]] == [10.0, 20.0, 30.0, 40.0]
+    # and on the native path only each site's first two calls went through the generic `enter`
+    # (the first registers the site, the second finds its code), on the Python path all 8
+    assert entered == (4 if use_native else 8)
+    rec.close()
+
+
+@needs_native
+def test_rules_reading_an_argument_write_the_python_paths_rows(tmp_path: Path) -> None:
+    # GIVEN the program above on a native and a Python recorder
+    nat, _, _ = _args_run(tmp_path, "native", True)
+    py, _, _ = _args_run(tmp_path, "python", False)
+    # THEN the same rows but for the times
+    rows = _rows(nat)
+    assert len(rows) == 8
+    assert rows == _rows(py)
+    nat.close()
+    py.close()
+
+
 @needs_native
 def test_cycle_targets_run_in_c_and_write_the_generic_rows(tmp_path: Path) -> None:
     # GIVEN a cycle-only target with a cycle acceptance rule, and a site that is both a phase
