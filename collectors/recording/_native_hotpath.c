@@ -505,9 +505,6 @@ static int simple_rule(PyObject *rule) {
     return 0; /* all digits: an index (readings.py) */
 }
 
-/* A call's acceptance by `rule` (the site's, or its cycle's), NaN without one; `key` keys the
- * per-request readings (readings.py `read_accept`, which this is: a plain attribute holding
- * None, a bool, an int or a float is read here, anything else there). */
 /* The call's arguments as `exit` takes them: the positional tuple (a new reference) and the
  * keywords (a new dict, or NULL for none); 0 / -1. */
 static int call_args(const CallArgs *c, PyObject **args, PyObject **kwargs) {
@@ -571,6 +568,9 @@ static TK_COLD int read_acc_rule(PhaseCall *self, PyObject *result, PyObject *ru
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* A call's acceptance by `rule` (the site's, or its cycle's), NaN without one; `key` keys the
+ * per-request readings (readings.py `read_accept`, which this is: a plain attribute holding
+ * None, a bool, an int or a float is read here, anything else there). */
 static inline int read_acc(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
                            const CallArgs *c, long long key, double *out) {
     *out = NAN;

@@ -256,12 +256,10 @@ class HotPath(Lifecycle):
         Python body does (same rows, same order of calls into the recorder; `generic` for the
         states it leaves to Python), called as `pc(args, kwargs)`; None where the native path
         does not serve the site (no extension; an accept rule that reads the call's arguments
-        where the caller cannot hand them over: `with_args`, which the sync wrapper sets and
-        the compiled boundary does not; `_accept` then gets the call's arguments as `exit`
-        would). A
-        cycle target's call opens its cycle and writes its cycle row as `enter` / `exit` do
-        (docs/BENCHMARKS.md, "seventh session": the generic path was most of a cycle's host
-        cost). The sync wrapper and the compiled boundary (collectors/compiled.py) use it; the
+        unless `with_args`, which the sync wrapper sets and the compiled boundary does not:
+        then `_accept` gets the call's arguments as `exit` would). A cycle target's call opens
+        its cycle and writes its cycle row as `enter` / `exit` do (docs/BENCHMARKS.md, "seventh
+        session": the generic path was most of a cycle's host cost). The sync wrapper and the compiled boundary (collectors/compiled.py) use it; the
         boundary's `boundary` marker is this thread's `ThreadState.boundary` while a call runs."""
         if self._native is None or (site.phase is None and not site.cycle):
             return None
