@@ -55,7 +55,7 @@ def per_call(prefix: str) -> list[tuple[list[float], str]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("prefix")
     p.add_argument("--top", type=int, default=30)
     a = p.parse_args()

@@ -128,7 +128,7 @@ def _timed(rec: Any, call: Callable[[], Any], thrash: Callable[[], None], calls:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("what", choices=["on", "off", "time"])
     p.add_argument("shape", nargs="?", choices=["call", "boundary"], default="call")
     p.add_argument("--thrash", choices=["cache", "tlb", "sleep", "none"], default="cache")
