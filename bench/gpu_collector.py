@@ -258,8 +258,12 @@ class Bench:
                     out[path]["after_prefill"] = data.get("after_prefill")
                     out[path]["step_cpu_ms"] = data.get("step_cpu_ms")
                     out[path]["step_gc_ms"] = data.get("step_gc_ms")
-                    # on - off a step, µs: wall, the thread's CPU, garbage collection
-                    for series in ("step_ms", "step_cpu_ms", "step_gc_ms"):
+                    out[path]["step_comm_ms"] = data.get("step_comm_ms")
+                    out[path]["comm_calls"] = data.get("comm_calls")
+                    # on - off a step, µs: wall, the thread's CPU, garbage collection, and the
+                    # host time inside the row-parallel all_reduce calls (nested phase calls
+                    # timed from their caller: no device in it; eager paths)
+                    for series in ("step_ms", "step_cpu_ms", "step_gc_ms", "step_comm_ms"):
                         out[path][f"diff_{series}"] = ab.step_difference(data, series)
                 except ValueError as exc:
                     out[path] = {"error": str(exc)}

@@ -30,6 +30,12 @@ def test_off_blocks_record_nothing(tmp_path: Path) -> None:
     assert demo["ab_on"] == [(i // 2) % 4 in (0, 3) for i in range(16)]
     # one request (64 tokens by default): only the first step follows a prefill
     assert demo["after_prefill"] == [i == 0 for i in range(16)]
+    # each step's host time inside its row-parallel all_reduce calls, timed from their caller
+    # (the same number of calls every step: the draft chain and one verify forward)
+    assert len(demo["step_comm_ms"]) == 16
+    assert all(ms > 0 for ms in demo["step_comm_ms"])
+    assert demo["comm_calls"] > 0
+    assert demo["comm_calls"] % 16 == 0
     # THEN the rank recorded exactly the 8 on cycles (16 ran)
     procs = list((tmp_path / "ab" / "raw").glob("pid-*/process.json"))
     info = [json.loads(p.read_text()) for p in procs]

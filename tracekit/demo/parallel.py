@@ -7,10 +7,25 @@ allreduce of SGLang goes through `GroupCoordinator.all_reduce`: it is the one ho
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+
+@dataclass
+class CallClock:
+    """With `--ab-blocks` (eager): the host time of the row-parallel layers' `all_reduce`
+    calls, summed (ns), and their count, as their caller sees them: what each such call costs
+    with recording on against off, apart from the device (bench/gpu_collector.py
+    `diff_step_comm_ms`)."""
+
+    ns: int = 0
+    calls: int = 0
+
+
+COMM_CLOCK: CallClock | None = None  # set by the demo's A/B loop (server.py), else None
 
 
 @dataclass
@@ -63,4 +78,11 @@ class RowParallelLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         partial = torch.nn.functional.linear(x, self.weight)
-        return self.group.all_reduce(partial)
+        clock = COMM_CLOCK
+        if clock is None:
+            return self.group.all_reduce(partial)
+        t0 = time.perf_counter_ns()
+        out = self.group.all_reduce(partial)
+        clock.ns += time.perf_counter_ns() - t0
+        clock.calls += 1
+        return out

@@ -155,6 +155,10 @@ class _Cycles:
     # with --ab-blocks: each step's thread CPU time and garbage-collection time (ms)
     step_cpu_ms: list[float] | None = None
     step_gc_ms: list[float] | None = None
+    # with --ab-blocks, eager: each step's host time inside the row-parallel all_reduce calls
+    # (ms) and how many it made (parallel.CallClock)
+    step_comm_ms: list[float] | None = None
+    comm_calls: int = 0
 
 
 def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
@@ -177,7 +181,10 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     ab = opts.ab_blocks > 0
     step_cpu: list[float] = []
     step_gc: list[float] = []
+    step_comm: list[float] = []
     gc_clock = GcClock()
+    comm = _comm_clock(opts) if ab else None
+    comm_calls = 0
     t_run = time.perf_counter()
     with gc_clock if ab else contextlib.nullcontext():
         for i in range(opts.cycles):
@@ -189,6 +196,8 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
                 requests, in_request = requests + 1, 1
             after_prefill.append(prefill)
             sync()
+            if comm is not None:
+                comm.ns = comm.calls = 0  # this step's calls only (not the prefill's)
             c0, g0 = time.thread_time(), gc_clock.total_s
             t0 = time.perf_counter()
             result = decoder.step()
@@ -197,6 +206,9 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
             if ab:
                 step_cpu.append((time.thread_time() - c0) * 1e3)
                 step_gc.append((gc_clock.total_s - g0) * 1e3)
+            if comm is not None:
+                step_comm.append(comm.ns / 1e6)
+                comm_calls += comm.calls
             accept.append(result.accept_len)
             in_request += result.accept_len
     run_s = time.perf_counter() - t_run
@@ -205,7 +217,19 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     return _Cycles(
         step_s, accept, requests, run_s, schedule, switch is not None, after_prefill,
         step_cpu if ab else None, step_gc if ab else None,
+        step_comm if comm is not None else None, comm_calls,
     )  # fmt: skip
+
+
+def _comm_clock(opts: DemoOptions) -> Any:
+    """The A/B loop's `parallel.CallClock` (eager only: a compiled forward must not time
+    itself), made the row-parallel layers' clock; None under --compile."""
+    from tracekit.demo import parallel
+
+    if opts.compile:
+        return None
+    parallel.COMM_CLOCK = parallel.CallClock()
+    return parallel.COMM_CLOCK
 
 
 def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
@@ -262,6 +286,8 @@ def _payload(
         "after_prefill": c.after_prefill if opts.ab_blocks > 0 else None,
         "step_cpu_ms": c.step_cpu_ms,
         "step_gc_ms": c.step_gc_ms,
+        "step_comm_ms": c.step_comm_ms,
+        "comm_calls": c.comm_calls,
         "ab_recorder": c.switched,
         "model": {"size": opts.model_size, **asdict(opts.model_config())},
     }
