@@ -177,7 +177,8 @@ class Boundaries:
 
     # -- trace time ---------------------------------------------------------------------------
     def traced(self, site: Site) -> None:
-        call = this_thread(self.rec).boundary
+        # this thread's compiled call: [Boundary, entered frame or None, discovered?], or None
+        call = self.rec._this_thread().boundary
         target = str(site.target)
         if call is None:
             self._count("unattached", target, site.phase or "cycle", "")
@@ -243,12 +244,6 @@ class Boundaries:
         return body
 
 
-def this_thread(rec: Recorder) -> Any:
-    """This thread's recorder state (`ThreadState`, Python or native): its `boundary` is the
-    compiled call the thread is in, [Boundary, entered frame or None, discovered?], or None."""
-    return getattr(rec._loc, "ts", None) or rec._thread()
-
-
 def _boundary_call(compiled: Callable[..., Any], b: Boundary, rec: Recorder) -> Callable[..., Any]:
     """The compiled callable's wrapper: its site known, a plain `enter` / call / `exit` (on the
     native hot path where the site allows: `_fast_path`, which also sets the thread's current
@@ -310,7 +305,7 @@ def _fast_path(
     def slow(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not hot.active:
             return compiled(*args, **kwargs)
-        ts = this_thread(rec)
+        ts = rec._this_thread()
         prev, ts.boundary = ts.boundary, marker
         try:
             return generic(*args, **kwargs)
@@ -330,7 +325,7 @@ def _discovering(
 ) -> Any:
     """A call of a compiled callable whose site is not known: Dynamo may trace it now (and
     `traced` attach a site); then the call is recorded when it returns, from its start."""
-    ts = this_thread(rec)
+    ts = rec._this_thread()
     rep0 = ts.replays
     start = now_ns()
     me: list[Any] = [b, None, False]

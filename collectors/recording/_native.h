@@ -67,8 +67,9 @@ int io_init(PyObject *module);
 int replay_init(PyObject *module);
 
 /* _native_hotpath.c: this thread's ThreadState for the recorder `rec` (a new reference, made by
- * the recorder's `_thread` on first use; NULL with an error set). */
-PyObject *hot_thread_state(PyObject *rec, Hot *h);
+ * the recorder's `_thread` on first use; NULL with an error set, a TypeError where the
+ * recorder's state is not the native type). */
+TState *hot_thread_state(PyObject *rec, Hot *h);
 /* _native_hotpath.c: `rec.fail(where, exc)` for the error set now (recording stops in the
  * process, said once); clears it. */
 void hot_report_failure(PyObject *rec, const char *where);

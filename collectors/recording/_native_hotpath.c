@@ -220,18 +220,23 @@ static TK_COLD void report_failure(PhaseCall *self, const char *where) {
  * thread dict's look-up (docs/BENCHMARKS.md, "tenth session"); another thread looks it up. */
 static TK_COLD PyObject *thread_state_slow(PyObject *rec, PyObject *loc);
 
-TK_HOT PyObject *hot_thread_state(PyObject *rec, Hot *h) {
+TK_HOT TState *hot_thread_state(PyObject *rec, Hot *h) {
     PyObject *loc = h->loc;
-    if (!loc || loc == Py_None) return no_attr(s_loc);
+    if (!loc || loc == Py_None) return (TState *)no_attr(s_loc);
     unsigned long long tid = PyThreadState_Get()->id;
-    if (h->ts_cached && h->ts_loc == loc && h->ts_id == tid) return Py_NewRef(h->ts_cached);
+    if (h->ts_cached && h->ts_loc == loc && h->ts_id == tid)
+        return (TState *)Py_NewRef(h->ts_cached);
     PyObject *ts = thread_state_slow(rec, loc);
-    if (ts) {
-        Py_XSETREF(h->ts_cached, Py_NewRef(ts));
-        Py_XSETREF(h->ts_loc, Py_NewRef(loc));
-        h->ts_id = tid;
+    if (!ts) return NULL;
+    if (!Py_IS_TYPE(ts, &TStateType)) {
+        Py_DECREF(ts);
+        fail_with(PyExc_TypeError, "the recorder's thread state is not the native one");
+        return NULL;
     }
-    return ts;
+    Py_XSETREF(h->ts_cached, Py_NewRef(ts));
+    Py_XSETREF(h->ts_loc, Py_NewRef(loc));
+    h->ts_id = tid;
+    return (TState *)ts;
 }
 
 /* hot_thread_state's look-up: the thread dict's entry, else `loc.ts`, else `rec._thread()`. */
@@ -395,21 +400,16 @@ typedef struct {
 /* The `enter` half; 0: recording (e filled), 1: pass through, -1: error. */
 static inline int do_enter(PhaseCall *self, PyObject *d, Enter *e) {
     int cuda_on = 0;
-    PyObject *tso = hot_thread_state(self->rec, self->hot);
-    if (!tso) return -1;
-    if (!Py_IS_TYPE(tso, &TStateType)) {
-        Py_DECREF(tso);
-        return fail_with(PyExc_TypeError, "the recorder's thread state is not the native one");
-    }
-    TState *ts = (TState *)tso;
+    TState *ts = hot_thread_state(self->rec, self->hot);
+    if (!ts) return -1;
     PyObject *stack = ts->stack;
     if (!PyList_Check(stack)) {
-        Py_DECREF(tso);
+        Py_DECREF(ts);
         return fail_with(PyExc_TypeError, "stack is not a list");
     }
     Py_ssize_t depth = PyList_GET_SIZE(stack);
     int skip = bypass(self, &cuda_on, ts, depth);
-    if (skip || ts->internal) { Py_DECREF(tso); return skip ? skip : 1; }
+    if (skip || ts->internal) { Py_DECREF(ts); return skip ? skip : 1; }
     e->ts = ts; /* owned from here */
     e->depth = (int)depth;
     e->parent = -1;
@@ -681,23 +681,18 @@ static inline PyObject *pc_record(PhaseCall *self, const CallArgs *c) {
  * boundary's marker while it runs (a recompile during it finds its boundary: compiled.py
  * `Boundaries.traced`), the previous one after, as the Python path's `ThreadState.boundary`. */
 static TK_HOT PyObject *pc_boundary_call(PhaseCall *self, const CallArgs *c) {
-    PyObject *tso = hot_thread_state(self->rec, self->hot);
-    if (!tso || !Py_IS_TYPE(tso, &TStateType)) {
-        if (tso) {
-            Py_DECREF(tso);
-            fail_with(PyExc_TypeError, "the recorder's thread state is not the native one");
-        }
+    TState *ts = hot_thread_state(self->rec, self->hot);
+    if (!ts) {
         report_failure(self, "compiled boundary");
         return invoke(self->fn, c);
     }
-    TState *ts = (TState *)tso;
     PyObject *prev = ts->boundary; /* owned: given back below */
     ts->boundary = Py_NewRef(self->boundary);
     PyObject *result = pc_record(self, c);
     PyObject *mine = ts->boundary;
     ts->boundary = prev;
     Py_XDECREF(mine);
-    Py_DECREF(tso);
+    Py_DECREF(ts);
     return result;
 }
 

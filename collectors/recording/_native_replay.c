@@ -29,15 +29,13 @@ static TK_HOT PyObject *rc_vectorcall(PyObject *obj, PyObject *const *argv, size
                                PyObject *kwnames) {
     ReplayCount *self = (ReplayCount *)obj;
     if (self->hot->active) {
-        PyObject *ts = hot_thread_state(self->rec, self->hot);
-        if (ts && Py_IS_TYPE(ts, &TStateType)) {
-            ((TState *)ts)->replays += 1;
-        } else if (ts) {
-            PyErr_SetString(PyExc_TypeError, "the recorder's thread state is not the native one");
-        }
-        Py_XDECREF(ts);
-        if (PyErr_Occurred()) /* recording stops; the replay runs */
+        TState *ts = hot_thread_state(self->rec, self->hot);
+        if (ts) {
+            ts->replays += 1;
+            Py_DECREF(ts);
+        } else { /* recording stops; the replay runs */
             hot_report_failure(self->rec, "graph replay count");
+        }
     }
     return PyObject_Vectorcall(self->orig, argv, nargsf, kwnames);
 }

@@ -285,13 +285,19 @@ class RecorderState:
         self._loc.ts = ts
         return ts
 
+    def _this_thread(self) -> ThreadState:
+        """This thread's state, made on first use (off the hot path, which reads `loc.ts`
+        inline)."""
+        try:
+            ts: ThreadState = self._loc.ts
+        except AttributeError:
+            ts = self._thread()
+        return ts
+
     @contextlib.contextmanager
     def _internal(self) -> Iterator[None]:
         """Calls made by tracekit itself on this thread (json, pyarrow) are not recorded."""
-        try:
-            ts = self._loc.ts
-        except AttributeError:
-            ts = self._thread()
+        ts = self._this_thread()
         old = ts.internal
         ts.internal = True
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.collectors._enters import count_enters
 from tracekit.collectors import compiled, direct
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
@@ -386,14 +387,7 @@ def test_boundary_calls_take_the_native_hot_path_once_the_site_is_known(
     mod = _program()
     rec, _bounds = _recorder(tmp_path)
     _sites(mod, rec)
-    entered: list[object] = []
-    generic_enter = rec.enter
-
-    def counting_enter(site: Site) -> Any:
-        entered.append(site)
-        return generic_enter(site)
-
-    rec.enter = counting_enter  # type: ignore[method-assign]
+    entered = count_enters(rec)
     fn = torch.compile(mod.step, backend="eager")
     # WHEN it is called 8 times (a compile on the first and on the 6th: a new shape)
     _run(fn)
@@ -404,7 +398,7 @@ def test_boundary_calls_take_the_native_hot_path_once_the_site_is_known(
     assert [r["phase"] for r in rows] == ["draft"] * 8
     assert len(entered) == (8 if rec._native is None else 2)
     # and the thread's current compiled call (set while each call ran) is none again
-    assert compiled.this_thread(rec).boundary is None
+    assert rec._this_thread().boundary is None
 
 
 @pytest.mark.skipif(native.NATIVE is None, reason="direct calls need the native hot path")

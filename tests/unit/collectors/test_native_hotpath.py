@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.collectors._enters import count_enters
 from tests.unit.collectors._graph_replays import graph_replay
 from tracekit.collectors.phasemap import Site, Target
 from tracekit.collectors.recorder import Recorder, RecorderConfig
@@ -184,14 +185,7 @@ def _args_run(tmp_path: Path, name: str, use_native: bool) -> tuple[Recorder, li
     mod.Drafter, mod.update = Drafter, update  # type: ignore[attr-defined]
     cfg = RecorderConfig(raw_dir=tmp_path / name / "raw", flush_records=10**6, native=use_native)
     rec = Recorder(cfg)
-    entered: list[object] = []
-    generic_enter = rec.enter
-
-    def counting_enter(site: Site) -> Any:
-        entered.append(site)
-        return generic_enter(site)
-
-    rec.enter = counting_enter  # type: ignore[method-assign]
+    entered = count_enters(rec)
     sites = parse(ARGS_MAP).sites()["tk_args_prog"]
     for site in sites:
         install(mod, site, rec)
