@@ -35,7 +35,7 @@ HF = HERE / "hf_static_compile.py"
 TRACED_KINDS = (
     "traced", "disabled", "nonvml", "sample8", "noevents", "torchevents", "noflush", "profile",
     "assisted", "assisted8", "every", "assisted1", "bare", "step", "stepbare", "stepnorep",
-    "stepbarec", "stepgeneric",
+    "stepbarec", "stepgeneric", "assistedx",
 )  # fmt: skip
 # kinds that switch recording inside the generates, in blocks of this many decode calls
 # (hf_static_compile.py --step-ab), each call timed on the host
@@ -136,6 +136,8 @@ def hf_steps(args: argparse.Namespace, out: Path, steps: list[dict[str, Any]]) -
                     extra += ["--gpu-sample", str(GPU_SAMPLE[kind])]
                 extra += ["--flush-interval", "600"] if kind == "noflush" else []
                 ab = ["--step-ab", str(STEP_AB_BLOCK)] if kind.startswith("step") else ["--ab"]
+                if kind == "assistedx":  # switched at the cycles' starts, their calls timed
+                    ab = ["--crossings", str(STEP_AB_BLOCK)]
                 cmd = _launch(out, name, "light", extra, [*cmd, *ab])
             elif kind != "alone":
                 raise SystemExit(f"compiled_gpu.py: unknown kind {kind!r} (see --kinds)")
@@ -171,7 +173,9 @@ def main(argv: list[str] | None = None) -> None:
         "call replaced by a plain call: hf_static_compile.py --bare-boundary); step / stepbare / "
         "stepnorep / stepbarec / stepgeneric: traced / bare / bare without the replay count / "
         "bare called from C / recorded by the Python enter and exit, recording switched "
-        "inside the generates every 8 decode calls, each call timed (--step-ab 8)",
+        "inside the generates every 8 decode calls, each call timed (--step-ab 8); assistedx: "
+        "assisted, recording switched at the cycles' starts every 8 cycles, each wrapped "
+        "call's crossings timed from its caller (--crossings 8, bench/crossings.py)",
     )
     p.add_argument("--step-timeout", type=float, default=240.0)
     p.add_argument(

@@ -97,6 +97,27 @@ def hf_step_ab(res: dict[str, Any], key: str = "call_ms") -> dict[str, Any] | No
     }
 
 
+def hf_crossings(res: dict[str, Any]) -> dict[str, Any] | None:
+    """A `--crossings` run (HF assisted generation): µs a cycle, recording on minus off, of the
+    host time crossing into and out of the cycle's wrapped calls (bench/crossings.py), summed
+    (`cycle`) and by phase, each as `hf_step_ab` gives it, with the cycle's wall time beside
+    (`cycle_wall`: the same estimate on the cycles' durations, device and all)."""
+    by_phase = res.get("step_boundary_ms")
+    if not by_phase or not res.get("ab_on"):
+        return None
+    total = [sum(cycle) for cycle in zip(*by_phase.values(), strict=True)]
+    out: dict[str, Any] = {
+        "cycle": hf_step_ab({**res, "crossings": total}, "crossings"),
+        "cycle_wall": hf_step_ab(res, "step_ms"),
+        "cycle_ms_p50": statistics.median(res["step_ms"]),
+        "calls": res.get("boundary_calls"),
+        "cycles": len(res["ab_on"]),
+    }
+    for phase, series in by_phase.items():
+        out[phase] = hf_step_ab({**res, "crossings": series}, "crossings")
+    return out
+
+
 def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
     alone: list[float] = []
     disabled: list[float] = []
@@ -108,10 +129,15 @@ def hf_figures(out: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
         res = s.get("result")
         if not s["name"].startswith("hf-") or res is None:
             continue
-        ab[s["name"]] = hf_ab(res) or (
-            {key: hf_step_ab(res, key) for key in ("call_ms", "step_ms")}
-            if "ab_on" in res
-            else None
+        ab[s["name"]] = (
+            hf_crossings(res)
+            if "step_boundary_ms" in res
+            else hf_ab(res)
+            or (
+                {key: hf_step_ab(res, key) for key in ("call_ms", "step_ms")}
+                if "ab_on" in res
+                else None
+            )
         )
         walls = res["wall_s"][1:]
         if s["name"].startswith(("hf-alone", "hf-disabled")):

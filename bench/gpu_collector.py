@@ -30,7 +30,11 @@ In order, each part written out before the next starts (the budget skips what do
    blocks and one for the "off" (bench/ab_profile.py; OUT/prof_abprof_PATH/diff.json): which
    functions run only while recording, and how often. Beside each A/B: on minus off in µs
    a step of the wall time, of the demo thread's CPU time and of garbage collection
-   (`diff_step_ms`, `diff_step_cpu_ms`, `diff_step_gc_ms`; `overhead_ab.step_difference`).
+   (`diff_step_ms`, `diff_step_cpu_ms`, `diff_step_gc_ms`; `overhead_ab.step_difference`),
+   of the host time inside the eager paths' nested all_reduce calls (`diff_step_comm_ms`)
+   and of the host time crossing into and out of the step's top-level calls, `step`,
+   `draft`, `verify`, `draft_extend` (`diff_step_boundary_ms`, by phase
+   `diff_boundary_PHASE_ms`): the recorder's cost at its calls, timed from the callers.
 4. `sampling`: each path under `--gpu-sample 1` and `--gpu-sample 8` (separate runs,
    alternated): per-phase median GPU span (CUDA events) of the top-level phases, read from the
    raw records (pyarrow only: no merge, no polars), sampled / unsampled - 1; and, inside the
@@ -265,6 +269,7 @@ class Bench:
                     # timed from their caller: no device in it; eager paths)
                     for series in ("step_ms", "step_cpu_ms", "step_gc_ms", "step_comm_ms"):
                         out[path][f"diff_{series}"] = ab.step_difference(data, series)
+                    out[path].update(boundary_differences(ab, data))
                 except ValueError as exc:
                     out[path] = {"error": str(exc)}
             self.save()
@@ -291,6 +296,21 @@ class Bench:
         if self.a.paths:
             return [p for p in self.a.paths.split(",") if p]
         return ["baseline", "extend"] if self.a.device == "cpu" else list(PATHS)
+
+
+def boundary_differences(ab: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """On minus off a step of the host time crossing into and out of the step's top-level
+    calls (the demo's `step_boundary_ms`, by phase, and summed: `diff_step_boundary_ms`),
+    the wrappers' whole cost at those calls, with no device time or work of the call in it."""
+    by_phase = data.get("step_boundary_ms")
+    if not by_phase:
+        return {}
+    out: dict[str, Any] = {"step_boundary_ms": by_phase}
+    total = [sum(step) for step in zip(*by_phase.values(), strict=True)]
+    out["diff_step_boundary_ms"] = ab.step_difference({**data, "x": total}, "x")
+    for phase, series in by_phase.items():
+        out[f"diff_boundary_{phase}_ms"] = ab.step_difference({**data, "x": series}, "x")
+    return out
 
 
 # -- reading raw records (pyarrow only) -------------------------------------------------------
@@ -641,6 +661,13 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
                 )
             else:
                 lines.append(f"{key} {path}: {r.get('error')}")
+            for series in ("diff_step_boundary_ms", "diff_step_comm_ms"):
+                d = r.get(series)
+                if d and d.get("lo_us") is not None:
+                    lines.append(
+                        f"  {series}: {d['diff_us']:+.2f} µs a step "
+                        f"[{d['lo_us']:+.2f}, {d['hi_us']:+.2f}] (off {d['off_us']:.2f} µs)"
+                    )
     for path, phases in (results.get("sampling") or {}).items():
         for phase, r in phases.items():
             if isinstance(r, dict) and r.get("subsample_vs_all_pct") is not None:

@@ -124,6 +124,17 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "process (bench/compiled_report.py `hf_step_ab`)",
     )
     p.add_argument(
+        "--crossings",
+        type=int,
+        default=0,
+        metavar="BLOCK",
+        help="with --assisted, under `tracekit launch`: switch recording at the cycles' starts in "
+        "ABBA blocks of BLOCK cycles (after the first generate) and time each wrapped call's "
+        "crossings from its caller and its own first and last line (bench/crossings.py): the "
+        "recorder's cost a cycle, by phase, apart from the calls' work and device waits "
+        "(bench/compiled_report.py `hf_crossings`)",
+    )
+    p.add_argument(
         "--no-replay-count",
         action="store_true",
         help="an experiment (issue 25): under tracekit launch, torch's CUDAGraph.replay without "
@@ -211,6 +222,24 @@ def _no_replay_count() -> None:
     graphs.CUDAGraph.replay = replay.__wrapped__  # type: ignore[attr-defined,method-assign]
 
 
+def _crossings(block: int) -> Any:
+    """`--crossings`: HF assisted generation's three wrapped calls timed (bench/crossings.py)."""
+    from crossings import Crossings
+    from transformers.generation import candidate_generator
+    from transformers.models.llama import modeling_llama
+
+    switch = _recording_switch()
+    if switch is None:
+        raise SystemExit("--crossings: run under tracekit launch")
+    c = Crossings(switch, block)
+    generator = candidate_generator.AssistedCandidateGenerator
+    c.watch(generator, "get_candidates", "draft", starts_cycle=True)
+    c.watch(modeling_llama.LlamaForCausalLM, "forward", "verify")  # the draft model's too
+    c.watch(generator, "update_candidate_strategy", "accept")
+    c.start()
+    return c
+
+
 def _recording_switch() -> Any:
     """tracekit's `Recorder.set_recording` when `tracekit launch` instruments this process."""
     runtime = sys.modules.get("tracekit.collectors.runtime")
@@ -280,6 +309,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     step_ab = StepAB(args.step_ab, _recording_switch()) if args.step_ab else None
     if step_ab is not None and step_ab.switch is None:
         raise SystemExit("--step-ab: run under tracekit launch")
+    crossings = _crossings(args.crossings) if args.crossings else None
     if args.no_flush and switch is not None:
         rec = switch.__self__
         rec._flush_n, rec._flush_bytes = 10**8, 10**12
@@ -292,6 +322,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 switch(on)
             if step_ab is not None:
                 step_ab.new_generate(i)
+            if crossings is not None:
+                crossings.left_out = i == 0
             recording.append(on if switch is not None else _recording_switch() is not None)
             prompt = torch.randint(1, cfg.vocab_size, (1, args.prompt_len), generator=gen)
             prompt = prompt.to(args.device)
@@ -307,6 +339,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
+            if crossings is not None:
+                crossings.end_generate()
             wall_s.append(time.perf_counter() - t0)
             thread_s.append(time.thread_time() - c0)
             gc_s.append(gc_clock.total_s - g0)
@@ -325,6 +359,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "gc_s": gc_s,
         "recording": recording,
         **(step_ab.result() if step_ab is not None else {}),
+        **(crossings.stop() if crossings is not None else {}),
     }
     text = json.dumps(result)
     print(text)

@@ -36,6 +36,10 @@ def test_off_blocks_record_nothing(tmp_path: Path) -> None:
     assert all(ms > 0 for ms in demo["step_comm_ms"])
     assert demo["comm_calls"] > 0
     assert demo["comm_calls"] % 16 == 0
+    # and each step's crossings into its four top-level calls and back, by phase
+    crossings = demo["step_boundary_ms"]
+    assert sorted(crossings) == ["draft", "draft_extend", "step", "verify"]
+    assert all(len(ms) == 16 and min(ms) > 0 for ms in crossings.values())
     # THEN the rank recorded exactly the 8 on cycles (16 ran)
     procs = list((tmp_path / "ab" / "raw").glob("pid-*/process.json"))
     info = [json.loads(p.read_text()) for p in procs]

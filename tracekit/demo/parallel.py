@@ -13,19 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-
-@dataclass
-class CallClock:
-    """With `--ab-blocks` (eager): the host time of the row-parallel layers' `all_reduce`
-    calls, summed (ns), and their count, as their caller sees them: what each such call costs
-    with recording on against off, apart from the device (bench/gpu_collector.py
-    `diff_step_comm_ms`)."""
-
-    ns: int = 0
-    calls: int = 0
-
-
-COMM_CLOCK: CallClock | None = None  # set by the demo's A/B loop (server.py), else None
+from tracekit.demo import clocks
 
 
 @dataclass
@@ -78,7 +66,7 @@ class RowParallelLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         partial = torch.nn.functional.linear(x, self.weight)
-        clock = COMM_CLOCK
+        clock = clocks.COMM_CLOCK
         if clock is None:
             return self.group.all_reduce(partial)
         t0 = time.perf_counter_ns()

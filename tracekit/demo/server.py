@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.demo import clocks
 from tracekit.demo.options import DemoOptions, choose_backend, cuda_count, parse_args
 from tracekit.demo.ranks import spawn_ranks
 from tracekit.errors import InputError, RankFailedError, TracekitError
@@ -156,9 +157,12 @@ class _Cycles:
     step_cpu_ms: list[float] | None = None
     step_gc_ms: list[float] | None = None
     # with --ab-blocks, eager: each step's host time inside the row-parallel all_reduce calls
-    # (ms) and how many it made (parallel.CallClock)
+    # (ms) and how many it made (clocks.CallClock)
     step_comm_ms: list[float] | None = None
     comm_calls: int = 0
+    # with --ab-blocks: each step's host time crossing into and out of its top-level calls
+    # (ms), by phase (clocks.BoundaryClock)
+    step_boundary_ms: dict[str, list[float]] | None = None
 
 
 def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
@@ -185,6 +189,8 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     gc_clock = GcClock()
     comm = _comm_clock(opts) if ab else None
     comm_calls = 0
+    boundary = _boundary_clock() if ab else None
+    step_boundary: dict[str, list[float]] = {}
     t_run = time.perf_counter()
     with gc_clock if ab else contextlib.nullcontext():
         for i in range(opts.cycles):
@@ -198,9 +204,11 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
             sync()
             if comm is not None:
                 comm.ns = comm.calls = 0  # this step's calls only (not the prefill's)
+            if boundary is not None:
+                boundary.reset()
             c0, g0 = time.thread_time(), gc_clock.total_s
             t0 = time.perf_counter()
-            result = decoder.step()
+            result = clocks.call("step", decoder.step)
             sync()
             step_s.append(time.perf_counter() - t0)
             if ab:
@@ -209,6 +217,9 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
             if comm is not None:
                 step_comm.append(comm.ns / 1e6)
                 comm_calls += comm.calls
+            if boundary is not None:
+                for phase, ns in boundary.ns.items():
+                    step_boundary.setdefault(phase, []).append(ns / 1e6)
             accept.append(result.accept_len)
             in_request += result.accept_len
     run_s = time.perf_counter() - t_run
@@ -218,18 +229,23 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
         step_s, accept, requests, run_s, schedule, switch is not None, after_prefill,
         step_cpu if ab else None, step_gc if ab else None,
         step_comm if comm is not None else None, comm_calls,
+        step_boundary if boundary is not None else None,
     )  # fmt: skip
 
 
-def _comm_clock(opts: DemoOptions) -> Any:
-    """The A/B loop's `parallel.CallClock` (eager only: a compiled forward must not time
+def _comm_clock(opts: DemoOptions) -> clocks.CallClock | None:
+    """The A/B loop's `clocks.CallClock` (eager only: a compiled forward must not time
     itself), made the row-parallel layers' clock; None under --compile."""
-    from tracekit.demo import parallel
-
     if opts.compile:
         return None
-    parallel.COMM_CLOCK = parallel.CallClock()
-    return parallel.COMM_CLOCK
+    clocks.COMM_CLOCK = clocks.CallClock()
+    return clocks.COMM_CLOCK
+
+
+def _boundary_clock() -> clocks.BoundaryClock:
+    """The A/B loop's `clocks.BoundaryClock`, made the decoders' clock."""
+    clocks.BOUNDARY_CLOCK = clocks.BoundaryClock()
+    return clocks.BOUNDARY_CLOCK
 
 
 def _serve(rank: int, opts: DemoOptions, backend: str, started: float) -> None:
@@ -288,6 +304,7 @@ def _payload(
         "step_gc_ms": c.step_gc_ms,
         "step_comm_ms": c.step_comm_ms,
         "comm_calls": c.comm_calls,
+        "step_boundary_ms": c.step_boundary_ms,
         "ab_recorder": c.switched,
         "model": {"size": opts.model_size, **asdict(opts.model_config())},
     }

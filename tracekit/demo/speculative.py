@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tracekit.demo import clocks
 from tracekit.demo.draft import DraftHead
 from tracekit.demo.graphs import GraphRunner
 from tracekit.demo.target_model import KVCache, TargetModel
@@ -179,6 +180,7 @@ class BaselineDecoder(_Decoder):
         with torch.inference_mode():
             self._graph = GraphRunner(decode, inputs)
 
+    @clocks.body("step")
     @torch.inference_mode()
     def step(self) -> StepResult:
         n = self.seq_len
@@ -270,11 +272,12 @@ class SpeculativeDecoder(_Decoder):
 
     # -- one cycle ------------------------------------------------------------------------
 
+    @clocks.body("step")
     @torch.inference_mode()
     def step(self) -> StepResult:
-        drafted = self.draft()
-        verified = self.verify(drafted)
-        self.draft_extend(verified)
+        drafted = clocks.call("draft", self.draft)
+        verified = clocks.call("verify", self.verify, drafted)
+        clocks.call("draft_extend", self.draft_extend, verified)
         return StepResult(accept_len=verified.accept_len, tokens=verified.tokens)
 
     def _draft_chain(
@@ -289,6 +292,7 @@ class SpeculativeDecoder(_Decoder):
             tokens.append(token)
         return torch.cat(tokens)
 
+    @clocks.body("draft")
     @torch.inference_mode()
     def draft(self) -> DraftResult:
         """K draft tokens: `first_draft`, then K-1 head forwards on its own features."""
@@ -305,6 +309,7 @@ class SpeculativeDecoder(_Decoder):
         self.draft_cache.truncate(n + self.k - 1)
         return DraftResult(tokens=tokens)
 
+    @clocks.body("verify")
     @torch.inference_mode()
     def verify(self, drafted: DraftResult) -> VerifyResult:
         """x_n and the drafts through the target at once; greedy accept; roll back the rest."""
@@ -336,6 +341,7 @@ class SpeculativeDecoder(_Decoder):
             accept_len=accepted + 1, tokens=tokens, hidden=hidden[: accepted + 1].clone()
         )
 
+    @clocks.body("draft_extend")
     @torch.inference_mode()
     def draft_extend(self, verified: VerifyResult) -> None:
         """Re-run the head on the target's features of the kept positions."""
