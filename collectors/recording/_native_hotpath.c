@@ -127,6 +127,7 @@ typedef struct {
     int direct; /* called as the function itself (a class attribute: binds like one) */
     int with_args; /* a rule reads the call's arguments: `_accept` is given them */
     PyObject *cacc_path; /* a cycle target's acceptance rule (the site's cycle_accept_len) */
+    PyObject *acc_plan, *cacc_plan; /* the rules' argument plans (readings.arg_plan), or NULL */
     PyObject *site, *generic, *site_id;
     PyObject *wdict; /* the wrapper's attributes (functools.wraps: __name__, __wrapped__...) */
     PyObject *boundary; /* a compiled call's marker (compiled.py), set on the thread while it runs */
@@ -529,10 +530,78 @@ static int call_args(const CallArgs *c, PyObject **args, PyObject **kwargs) {
     return -1;
 }
 
-/* read_acc past its plain cases: the recorder's `_accept` (readings.py), given the call's
- * arguments where the site's rule reads one (`with_args`), else none. */
+/* The argument a plan reads (borrowed): by keyword, else by position, else its default; NULL
+ * (no error) when the call passed none and there is no default. */
+static PyObject *plan_arg(PyObject *plan, const CallArgs *c) {
+    PyObject *name = PyList_GET_ITEM(plan, 1), *dflt = PyList_GET_ITEM(plan, 3);
+    Py_ssize_t pos = PyLong_AsSsize_t(PyList_GET_ITEM(plan, 2));
+    if (c->args) {
+        PyObject *v = c->kwargs ? PyDict_GetItemWithError(c->kwargs, name) : NULL;
+        if (v || PyErr_Occurred()) return v;
+        if (pos >= 0 && pos < PyTuple_GET_SIZE(c->args)) return PyTuple_GET_ITEM(c->args, pos);
+    } else {
+        Py_ssize_t n = PyVectorcall_NARGS(c->nargsf);
+        Py_ssize_t nk = c->kwnames ? PyTuple_GET_SIZE(c->kwnames) : 0;
+        for (Py_ssize_t i = 0; i < nk; i++) {
+            PyObject *k = PyTuple_GET_ITEM(c->kwnames, i);
+            if (k == name || PyUnicode_Compare(k, name) == 0) return c->argv[n + i];
+        }
+        if (pos >= 0 && pos < n) return c->argv[pos];
+    }
+    return PyTuple_Check(dflt) ? PyTuple_GET_ITEM(dflt, 0) : NULL;
+}
+
+/* The value a plan's steps read from `obj` (accept.py `evaluate`: attribute, or a mapping's
+ * key; index; len), a new reference, or NULL with the step's error set. */
+static PyObject *plan_value(PyObject *plan, PyObject *obj) {
+    PyObject *steps = PyList_GET_ITEM(plan, 4);
+    Py_INCREF(obj);
+    for (Py_ssize_t i = 0; obj && i < PyTuple_GET_SIZE(steps); i++) {
+        PyObject *step = PyTuple_GET_ITEM(steps, i), *arg = PyTuple_GET_ITEM(step, 1), *v;
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(step, 0));
+        if (kind == 0)
+            v = PyDict_Check(obj) ? PyObject_GetItem(obj, arg) : PyObject_GetAttr(obj, arg);
+        else if (kind == 1) v = PyObject_GetItem(obj, arg);
+        else {
+            Py_ssize_t n = PyObject_Length(obj);
+            v = n < 0 ? NULL : PyLong_FromSsize_t(n);
+        }
+        Py_SETREF(obj, v);
+    }
+    return obj;
+}
+
+/* A rule on an argument, read by its plan: a plain int or float is the number; any other
+ * value goes to the recorder's `_accept_value` (readings.py `accept_value`). 1: not read (the
+ * argument missing, a step failing: `_accept` reads it again and says why), 0 / -1. */
+static int read_plan(PhaseCall *self, PyObject *plan, PyObject *rule, const CallArgs *c,
+                     long long key, double *out) {
+    PyObject *arg = plan_arg(plan, c);
+    PyObject *v = arg ? plan_value(plan, arg) : NULL;
+    if (!v) { PyErr_Clear(); return 1; }
+    if (PyFloat_CheckExact(v)) { *out = PyFloat_AS_DOUBLE(v); Py_DECREF(v); return 0; }
+    if (PyLong_CheckExact(v)) {
+        double x = PyLong_AsDouble(v);
+        if (!(x == -1.0 && PyErr_Occurred())) { *out = x; Py_DECREF(v); return 0; }
+        PyErr_Clear();
+    }
+    PyObject *r = PyObject_CallMethod(self->rec, "_accept_value", "OOOL", v, rule, self->site, key);
+    Py_DECREF(v);
+    if (!r) return -1;
+    *out = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* read_acc past its plain cases: a plan's rule read here while the rule is on, else the
+ * recorder's `_accept` (readings.py), given the call's arguments where the site's rule reads
+ * one (`with_args`), else none. */
 static TK_COLD int read_acc_rule(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
-                                 const CallArgs *c, long long key, double *out) {
+                                 PyObject *plan, const CallArgs *c, long long key, double *out) {
+    if (plan && PyList_GET_ITEM(plan, 0) == Py_True) {
+        int r = read_plan(self, plan, rule, c, key, out);
+        if (r <= 0) return r;
+    }
     if (simple && !PyDict_Check(result)) {
         PyObject *v = PyObject_GetAttr(result, rule);
         if (!v) {
@@ -572,10 +641,10 @@ static TK_COLD int read_acc_rule(PhaseCall *self, PyObject *result, PyObject *ru
  * per-request readings (readings.py `read_accept`, which this is: a plain attribute holding
  * None, a bool, an int or a float is read here, anything else there). */
 static inline int read_acc(PhaseCall *self, PyObject *result, PyObject *rule, int simple,
-                           const CallArgs *c, long long key, double *out) {
+                           PyObject *plan, const CallArgs *c, long long key, double *out) {
     *out = NAN;
     if (!result || rule == Py_None) return 0;
-    return read_acc_rule(self, result, rule, simple, c, key, out);
+    return read_acc_rule(self, result, rule, simple, plan, c, key, out);
 }
 
 /* The `exit` half, after the call; -1: error (the caller reports it). The rows, in order: the
@@ -599,7 +668,8 @@ static inline int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *resu
         PyObject *top = PyList_GET_ITEM(stack, n - 1); /* list.pop(): the size shrinks, the */
         Py_SET_SIZE(stack, n - 1);                     /* allocation stays for the next push */
         Py_DECREF(top);
-        if (read_acc(self, result, self->acc_path, self->acc_simple, c, e->seq, &acc) < 0 ||
+        if (read_acc(self, result, self->acc_path, self->acc_simple, self->acc_plan, c, e->seq,
+                     &acc) < 0 ||
             pack_row(rows, self->code, e->cycle, e->depth, e->parent, ts->tid, e->seq,
                      e->start, end, replays, acc, result != NULL) < 0)
             return -1;
@@ -607,7 +677,8 @@ static inline int do_exit(PhaseCall *self, PyObject *d, Enter *e, PyObject *resu
     if (e->ccode >= 0) {
         ts->in_cycle = 0;
         if (gpu_drop_bound(d, ts) < 0 ||
-            read_acc(self, result, self->cacc_path, self->cacc_simple, c, -e->seq, &acc) < 0 ||
+            read_acc(self, result, self->cacc_path, self->cacc_simple, self->cacc_plan, c, -e->seq,
+                     &acc) < 0 ||
             pack_row(rows, e->ccode, e->cycle, e->depth, -1, ts->tid,
                      self->has_phase ? -e->seq : e->seq, e->start, end, replays, acc,
                      result != NULL) < 0)
@@ -705,17 +776,40 @@ static TK_HOT PyObject *pc_call(PhaseCall *self, const CallArgs *c) {
 static PyObject *pc_vectorcall(PyObject *self, PyObject *const *argv, size_t nargsf,
                                PyObject *kwnames);
 
+/* None, or readings.arg_plan's [on, name, position, (default,) | None, ((kind, arg), ...)]. */
+static int valid_plan(PyObject *p) {
+    if (p == Py_None) return 1;
+    if (!PyList_CheckExact(p) || PyList_GET_SIZE(p) != 5) return 0;
+    PyObject *steps = PyList_GET_ITEM(p, 4), *dflt = PyList_GET_ITEM(p, 3);
+    if (!PyUnicode_Check(PyList_GET_ITEM(p, 1)) || !PyLong_Check(PyList_GET_ITEM(p, 2)) ||
+        !PyTuple_Check(steps) ||
+        !(dflt == Py_None || (PyTuple_Check(dflt) && PyTuple_GET_SIZE(dflt) == 1)))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps); i++) {
+        PyObject *st = PyTuple_GET_ITEM(steps, i);
+        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 2 ||
+            !PyLong_Check(PyTuple_GET_ITEM(st, 0)))
+            return 0;
+    }
+    return 1;
+}
+
 static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"rec", "fn", "site", "generic", "acc_path", "starts_cycle",
                          "clock_offset", "cycle", "has_phase", "cycle_acc_path", "boundary",
-                         "with_args", NULL};
+                         "with_args", "acc_plan", "cycle_acc_plan", NULL};
     PyObject *rec, *fn, *site, *generic, *acc_path, *cacc_path = Py_None, *boundary = Py_None;
+    PyObject *acc_plan = Py_None, *cacc_plan = Py_None;
     int starts_cycle, cycle = 0, has_phase = 1, with_args = 0;
     long long offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL|ppOOp", kw, &rec, &fn, &site, &generic,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOpL|ppOOpOO", kw, &rec, &fn, &site, &generic,
                                      &acc_path, &starts_cycle, &offset, &cycle, &has_phase,
-                                     &cacc_path, &boundary, &with_args))
+                                     &cacc_path, &boundary, &with_args, &acc_plan, &cacc_plan))
         return NULL;
+    if (!valid_plan(acc_plan) || !valid_plan(cacc_plan)) {
+        PyErr_SetString(PyExc_TypeError, "an argument plan is readings.arg_plan's list");
+        return NULL;
+    }
     PyObject *hot = PyObject_GetAttrString(rec, "_hot");
     if (!hot) return NULL;
     if (!Py_IS_TYPE(hot, &HotType)) {
@@ -748,6 +842,8 @@ static PyObject *pc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->clock_offset = offset;
     self->boundary = boundary == Py_None ? NULL : Py_NewRef(boundary);
     self->with_args = with_args;
+    self->acc_plan = acc_plan == Py_None ? NULL : Py_NewRef(acc_plan);
+    self->cacc_plan = cacc_plan == Py_None ? NULL : Py_NewRef(cacc_plan);
     if (!self->site_id || !self->code_obj) { Py_DECREF(self); return NULL; }
     return (PyObject *)self;
 }
@@ -767,6 +863,8 @@ static PyObject *pc_direct(PhaseCall *self, PyObject *unused) {
     d->generic = Py_NewRef(self->generic);
     d->acc_path = Py_NewRef(self->acc_path);
     d->cacc_path = Py_NewRef(self->cacc_path);
+    d->acc_plan = Py_XNewRef(self->acc_plan);
+    d->cacc_plan = Py_XNewRef(self->cacc_plan);
     d->acc_simple = self->acc_simple;
     d->cacc_simple = self->cacc_simple;
     d->cycle_site = self->cycle_site;
@@ -801,7 +899,7 @@ static PyObject *pc_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
 static int pc_traverse(PhaseCall *self, visitproc visit, void *arg) {
     Py_VISIT(self->rec); Py_VISIT(self->dict); Py_VISIT(self->fn); Py_VISIT(self->site);
     Py_VISIT(self->generic); Py_VISIT(self->acc_path); Py_VISIT(self->cacc_path);
-    Py_VISIT(self->seq_fn);
+    Py_VISIT(self->acc_plan); Py_VISIT(self->cacc_plan); Py_VISIT(self->seq_fn);
     Py_VISIT(self->seq_iter); Py_VISIT(self->wdict); Py_VISIT(self->hot);
     Py_VISIT(self->boundary);
     return 0;
@@ -810,7 +908,7 @@ static int pc_traverse(PhaseCall *self, visitproc visit, void *arg) {
 static int pc_clear(PhaseCall *self) {
     Py_CLEAR(self->rec); Py_CLEAR(self->dict); Py_CLEAR(self->fn); Py_CLEAR(self->site);
     Py_CLEAR(self->generic); Py_CLEAR(self->acc_path); Py_CLEAR(self->cacc_path);
-    Py_CLEAR(self->site_id);
+    Py_CLEAR(self->acc_plan); Py_CLEAR(self->cacc_plan); Py_CLEAR(self->site_id);
     Py_CLEAR(self->code_obj); Py_CLEAR(self->seq_fn); Py_CLEAR(self->seq_iter);
     Py_CLEAR(self->wdict);
     Py_CLEAR(self->hot);

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors.compiled import gate as _gate
 from tracekit.collectors.recording.lifecycle import Lifecycle
-from tracekit.collectors.recording.readings import as_accept_len, read_accept
+from tracekit.collectors.recording.readings import arg_plan, as_accept_len
 from tracekit.collectors.recording.state import CLOCK_OFFSET_NS, Frame, SiteInfo, ThreadState
 from tracekit.collectors.recording.state import now_ns as _time_ns
 from tracekit.store.raw.schema import ROW, SiteKind
@@ -272,21 +272,9 @@ class HotPath(Lifecycle):
         return self._native.PhaseCall(
             self, fn, site, generic, acc_path, site.starts_cycle, CLOCK_OFFSET_NS,
             cycle=site.cycle, has_phase=site.phase is not None, cycle_acc_path=cacc_path,
-            boundary=boundary, with_args=site.needs_args,
+            boundary=boundary, with_args=site.needs_args, acc_plan=arg_plan(self, acc_path),
+            cycle_acc_plan=arg_plan(self, cacc_path),
         )  # fmt: skip
-
-    def _accept(
-        self,
-        result: object,
-        rule: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any] | None,
-        site: Site,
-        key: int = 0,
-    ) -> float:
-        """A cycle's tokens from a call (collectors/recording/readings.py `read_accept`); `key`
-        is the row's seq (-seq for a cycle rule), under which per-request numbers are kept."""
-        return read_accept(self, result, rule, args, kwargs, site, key)
 
     @property
     def _buf(self) -> list[tuple[Any, ...]]:

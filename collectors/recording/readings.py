@@ -75,9 +75,19 @@ def read_accept(
         return _NAN if acc is None else acc
     if id(rule) in rec._accept_off:
         return _NAN
-    why = ""
     try:
         value = rule.read(result, args, kwargs or {})
+    except Exception as exc:
+        return _disable(rec, rule, site, f"{type(exc).__name__}: {exc}")
+    return accept_value(rec, value, rule, site, key)
+
+
+def accept_value(rec: Any, value: object, rule: Any, site: Any, key: int = 0) -> float:
+    """`read_accept` past the reading: the number of the value a bound rule read (the native
+    path reads a plain argument's path itself, `arg_plan`, and hands the value here when it
+    is not a plain int or float)."""
+    why = ""
+    try:
         kind = rule.rule.kind
         nums = None if kind == "delta" else per_request(value, kind == "drafted")
         if kind == "drafted" or nums is not None:
@@ -97,9 +107,15 @@ def read_accept(
                 why = f"gave {type(value).__name__}, not a number (a CUDA tensor is not read: that would synchronise)"
     except Exception as exc:
         acc, why = None, f"{type(exc).__name__}: {exc}"
-    if acc is not None:
-        return acc
+    return _disable(rec, rule, site, why) if acc is None else acc
+
+
+def _disable(rec: Any, rule: Any, site: Any, why: str) -> float:
+    """Switch `rule` off for good (here and on the native path) and say so once: NaN."""
     rec._accept_off.add(id(rule))
+    plan = rec._arg_plans.get(id(rule))
+    if plan is not None:
+        plan[0] = False
     with contextlib.suppress(Exception):
         rec.accept_failed.append(
             {
@@ -115,3 +131,27 @@ def read_accept(
             f"{why}; acceptance is not read from this target any more, the program goes on\n"
         )
     return _NAN
+
+
+_STEP_CODES = {"attr": 0, "index": 1, "len": 2}
+
+
+def arg_plan(rec: Any, rule: object) -> list[Any] | None:
+    """What the native path needs to read a rule on an argument itself, or None where it
+    leaves the rule to `read_accept`: `[on, name, position, (default,) or None, steps]`, the
+    steps as `(0, name)` attribute (a mapping's key), `(1, int)` index, `(2, None)` len. Kept
+    by the recorder under the rule's id, so that `_disable` turns off every copy. A "drafted"
+    rule and a `[*]` path are read in Python."""
+    bound: Any = rule
+    r = getattr(bound, "rule", None)
+    if r is None or r.source != "arg" or r.kind == "drafted":
+        return None
+    if any(kind not in _STEP_CODES for kind, _ in r.steps):
+        return None
+    plan: list[Any] | None = rec._arg_plans.get(id(rule))
+    if plan is None:
+        steps = tuple((_STEP_CODES[kind], arg) for kind, arg in r.steps)
+        default = (bound.default,) if bound.has_default else None
+        plan = [id(rule) not in rec._accept_off, r.arg, bound.position, default, steps]
+        rec._arg_plans[id(rule)] = plan
+    return plan

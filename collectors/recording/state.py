@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tracekit.collectors.recording import hot
 from tracekit.collectors.recording.doorbell import Doorbell
 from tracekit.collectors.recording.native import NATIVE
+from tracekit.collectors.recording.readings import accept_value, read_accept
 from tracekit.collectors.segments import SegmentLog
 from tracekit.store.raw.ipc import StreamWriter
 from tracekit.store.raw.schema import ROW
@@ -163,9 +164,8 @@ class RecorderState:
         self._is_compiling = None
         # what the torch probe finds besides: the owner of the compile flag (read by the native
         # path), the capture check (the wrappers' Dynamo check is collectors/compiled.py's gate)
-        self._compiler = self._capturing = None
+        self._compiler = self._capturing = self._cuda = None
         self._captures = -1
-        self._cuda = None
         self._native: Any = NATIVE if config.native else None  # recording/native.py, unless off
         self._ts_type: Any = ThreadState if self._native is None else self._native.ThreadState
         self._event_pool: list[Any] = []
@@ -177,6 +177,7 @@ class RecorderState:
         self._gpu_ref = None
         self._failed = False
         self._accept_off: set[int] = set()  # id() of accept rules disabled after a failure
+        self._arg_plans: dict[int, list[Any]] = {}  # by the rule's id (readings.arg_plan)
         # per-request numbers of accept rules, (row key, "t" tokens | "d" drafted, numbers),
         # appended to accepts.jsonl at each flush (tracekit/store/raw/accepts.py)
         self._accept_detail: list[tuple[int, str, list[float]]] = []
@@ -228,6 +229,23 @@ class RecorderState:
         if self._failed or self.finished:
             return
         self.active = bool(on)
+
+    def _accept(
+        self,
+        result: object,
+        rule: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        site: Site,
+        key: int = 0,
+    ) -> float:
+        """A cycle's tokens from a call (collectors/recording/readings.py `read_accept`); `key`
+        is the row's seq (-seq for a cycle rule), under which per-request numbers are kept."""
+        return read_accept(self, result, rule, args, kwargs, site, key)
+
+    def _accept_value(self, value: object, rule: Any, site: Site, key: int = 0) -> float:
+        """The number of a value the native path read by an argument rule's plan (`arg_plan`)."""
+        return accept_value(self, value, rule, site, key)
 
     @property
     def records(self) -> int:

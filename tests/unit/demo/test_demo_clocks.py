@@ -42,41 +42,43 @@ def boundary() -> Iterator[clocks.BoundaryClock]:
 
 
 def test_crossings_are_the_wrapper_not_the_body(boundary: clocks.BoundaryClock) -> None:
-    # GIVEN a 30 ms body wrapped by 2 ms before and 3 ms after, called twice
+    # GIVEN a 60 ms body wrapped by 2 ms before and 3 ms after, called twice
     @clocks.body("verify")
     def verify(x: int) -> int:
-        time.sleep(0.030)
+        time.sleep(0.060)
         return x + 1
 
     wrapped = _wrapper(0.002, 0.003)(verify)
     # WHEN the caller calls it through the clock
     assert clocks.call("verify", wrapped, 1) == 2
     assert clocks.call("verify", wrapped, 2) == 3
-    # THEN the phase has the two calls' crossings, 2 x 5 ms, and none of the 60 ms of body
+    # THEN the phase has the two calls' crossings, 2 x 5 ms, and none of the 120 ms of body
+    # (the bound leaves a loaded machine 30 ms)
     crossed_ms = boundary.ns["verify"] / 1e6
-    assert 10.0 <= crossed_ms < 25.0
+    assert 10.0 <= crossed_ms < 40.0
     # and a step's figures start again from nothing
     boundary.reset()
     assert boundary.ns == {}
 
 
 def test_nested_calls_keep_their_own_crossings(boundary: clocks.BoundaryClock) -> None:
-    # GIVEN a step (wrapped by 4 ms after it) that calls a draft (wrapped by 1 ms before it)
+    # GIVEN a step (wrapped by 10 ms after it) that calls a draft (20 ms before it, a 60 ms body)
     @clocks.body("draft")
     def draft() -> None:
-        time.sleep(0.010)
+        time.sleep(0.060)
 
-    slow_draft = _wrapper(0.001, 0.0)(draft)
+    slow_draft = _wrapper(0.020, 0.0)(draft)
 
     @clocks.body("step")
     def step() -> None:
         clocks.call("draft", slow_draft)
 
     # WHEN the step is called through the clock
-    clocks.call("step", _wrapper(0.0, 0.004)(step))
-    # THEN each phase has its own wrapper's time, not the other's nor the draft's body
-    assert 1.0 <= boundary.ns["draft"] / 1e6 < 4.0
-    assert 4.0 <= boundary.ns["step"] / 1e6 < 7.0
+    clocks.call("step", _wrapper(0.0, 0.010)(step))
+    # THEN each phase has its own wrapper's time, neither the other's (the step would have 30
+    # ms with the draft's) nor the draft's body (the bounds leave a loaded machine 15 ms)
+    assert 20.0 <= boundary.ns["draft"] / 1e6 < 35.0
+    assert 10.0 <= boundary.ns["step"] / 1e6 < 25.0
 
 
 def test_without_a_clock_calls_are_plain() -> None:
