@@ -195,6 +195,7 @@ class Bench:
             info = json.loads(proc_file.read_text())
             procs.append({k: info.get(k) for k in ("pid", "records", "hot_path", "gpu_events")})
             procs[-1]["flush_cost"] = info.get("flush_cost")
+            procs[-1]["flushes"] = info.get("flushes")
         entry["processes"] = procs
         used = [p for p in procs if p["gpu_events"]] or procs[:1]
         if used:

@@ -73,10 +73,17 @@ Mode = Literal["light", "full"]  # light: CPU clocks + CUDA events; full: + a to
 MODES: tuple[Mode, ...] = ("light", "full")
 
 
+# Rows a flush is started by (or `flush_seconds`, whichever first): a flush takes a fixed
+# 0.4 ms or so from a program thread on the H200 host, and 0.17 µs a row (bench/flush_gil.py,
+# docs/BENCHMARKS.md "eleventh session"), so a batch this size halves a busy program's flush
+# share against 1,000; `tracekit launch` passes it on (launch/options.py, a test keeps them one)
+DEFAULT_FLUSH_RECORDS = 4096
+
+
 @dataclass
 class RecorderConfig:
     raw_dir: Path  # RUN_DIR/raw
-    flush_records: int = 1000
+    flush_records: int = DEFAULT_FLUSH_RECORDS
     flush_seconds: float = 1.0
     adapter: str = ""
     mode: Mode = "light"

@@ -20,7 +20,13 @@ from typing import Any
 
 from tracekit.collectors import graphs, phasemap
 from tracekit.collectors.importhook import PostImportHook
-from tracekit.collectors.recorder import EXIT_DEADLINE_S, Mode, Recorder, RecorderConfig
+from tracekit.collectors.recorder import (
+    DEFAULT_FLUSH_RECORDS,
+    EXIT_DEADLINE_S,
+    Mode,
+    Recorder,
+    RecorderConfig,
+)
 from tracekit.collectors.recording import native
 from tracekit.collectors.recording.gpu import DEFAULT_GPU_SAMPLE
 from tracekit.collectors.redact import redact_argv
@@ -195,7 +201,7 @@ def _recorder(raw: Path, pmap: phasemap.PhaseMap, via: str) -> Recorder:
     mode: Mode = "full" if os.environ.get(ENV_MODE, "light") == "full" else "light"
     config = RecorderConfig(
         raw_dir=raw,
-        flush_records=_int_env(ENV_FLUSH_RECORDS, 1000),
+        flush_records=_int_env(ENV_FLUSH_RECORDS, DEFAULT_FLUSH_RECORDS),
         flush_seconds=_float_env(ENV_FLUSH_SECONDS, 1.0),
         adapter=os.environ.get(ENV_ADAPTER, pmap.name),
         mode=mode,

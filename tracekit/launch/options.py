@@ -17,7 +17,8 @@ class LaunchOptions:
     name: str | None = None
     merge: bool = True
     grace_s: float = 30.0
-    flush_records: int = 1000
+    # rows a flush is started by: collectors/recorder.py DEFAULT_FLUSH_RECORDS (a test keeps them one)
+    flush_records: int = 4096
     flush_seconds: float = 1.0
     nvml: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)

@@ -146,7 +146,7 @@ def test_process_watcher_sees_this_process() -> None:
     assert os.getpid() not in other.scan()
 
 
-def test_the_gpu_sample_default_is_one_cycle_in_eight(
+def test_the_gpu_sample_and_flush_batch_defaults_are_the_recorders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN `tracekit launch` with no --gpu-sample, and a rank whose environment has none
@@ -159,13 +159,20 @@ def test_the_gpu_sample_default_is_one_cycle_in_eight(
     assert launch is not None
     option = next(p for p in launch.params if p.name == "gpu_sample")
     monkeypatch.delenv(rt.ENV_GPU_SAMPLE, raising=False)
+    monkeypatch.delenv(rt.ENV_FLUSH_RECORDS, raising=False)
     # THEN the CLI's default, the rank's default and the constant are one number: 8
     assert DEFAULT_GPU_SAMPLE == 8
     assert option.default == DEFAULT_GPU_SAMPLE
+    # and the rows a flush is started by: launch's default is the recorder's
+    from tracekit.collectors.recorder import DEFAULT_FLUSH_RECORDS
+    from tracekit.launch.options import LaunchOptions
+
+    assert LaunchOptions(["x"], Path("m.toml")).flush_records == DEFAULT_FLUSH_RECORDS == 4096
     rec = rt._recorder(
         tmp_path, pm.parse('[[phase]]\nname = "verify"\ntargets = ["m:f"]\n'), "test"
     )
     try:
         assert rec.config.gpu_sample == 8  # the recorder a rank makes from its environment
+        assert rec.config.flush_records == 4096
     finally:
         rec.close()
