@@ -311,6 +311,9 @@ def boundary_differences(ab: Any, data: dict[str, Any]) -> dict[str, Any]:
     out["diff_step_boundary_ms"] = ab.step_difference({**data, "x": total}, "x")
     for phase, series in by_phase.items():
         out[f"diff_boundary_{phase}_ms"] = ab.step_difference({**data, "x": series}, "x")
+    # inside each call, first line to last: its work, nested calls and device waits
+    for phase, series in (data.get("step_inside_ms") or {}).items():
+        out[f"diff_inside_{phase}_ms"] = ab.step_difference({**data, "x": series}, "x")
     return out
 
 

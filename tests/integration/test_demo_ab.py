@@ -40,6 +40,9 @@ def test_off_blocks_record_nothing(tmp_path: Path) -> None:
     crossings = demo["step_boundary_ms"]
     assert sorted(crossings) == ["draft", "draft_extend", "step", "verify"]
     assert all(len(ms) == 16 and min(ms) > 0 for ms in crossings.values())
+    inside = demo["step_inside_ms"]  # each call's own time, first line to last
+    assert sorted(inside) == sorted(crossings)
+    assert all(i > c for i, c in zip(inside["step"], crossings["step"], strict=True))
     # THEN the rank recorded exactly the 8 on cycles (16 ran)
     procs = list((tmp_path / "ab" / "raw").glob("pid-*/process.json"))
     info = [json.loads(p.read_text()) for p in procs]

@@ -12,7 +12,9 @@ Two clocks, each set by the A/B loop (server.py) and None otherwise:
   or its device waits.
 
 With recording off the boundary is the plain Python call (a fraction of a µs); on minus off is
-the recorder's cost at those calls (bench/gpu_collector.py `diff_step_boundary_ms`).
+the recorder's cost at those calls (bench/gpu_collector.py `diff_step_boundary_ms`). Beside it,
+each call's time from its first line to its last (`inside_ns`): the call's own work, its nested
+calls and device waits, on minus off what the recorder costs inside it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class BoundaryClock:
     """Per phase, the host time (ns) a step spent crossing into and back out of its calls."""
 
     ns: dict[str, int] = field(default_factory=dict)
+    inside_ns: dict[str, int] = field(default_factory=dict)  # first line to last, by phase
     first_line: dict[str, int] = field(default_factory=dict)  # the callee's, perf_counter_ns
     last_line: dict[str, int] = field(default_factory=dict)
 
@@ -47,12 +50,14 @@ class BoundaryClock:
         t0 = perf_counter_ns()
         out = fn(*args)
         t1 = perf_counter_ns()
-        crossing = (self.first_line[phase] - t0) + (t1 - self.last_line[phase])
-        self.ns[phase] = self.ns.get(phase, 0) + crossing
+        first, last = self.first_line[phase], self.last_line[phase]
+        self.ns[phase] = self.ns.get(phase, 0) + (first - t0) + (t1 - last)
+        self.inside_ns[phase] = self.inside_ns.get(phase, 0) + (last - first)
         return out
 
     def reset(self) -> None:
         self.ns.clear()
+        self.inside_ns.clear()
 
 
 COMM_CLOCK: CallClock | None = None

@@ -161,8 +161,9 @@ class _Cycles:
     step_comm_ms: list[float] | None = None
     comm_calls: int = 0
     # with --ab-blocks: each step's host time crossing into and out of its top-level calls
-    # (ms), by phase (clocks.BoundaryClock)
+    # (ms), by phase, and inside them, from their first line to their last (clocks.BoundaryClock)
     step_boundary_ms: dict[str, list[float]] | None = None
+    step_inside_ms: dict[str, list[float]] | None = None
 
 
 def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
@@ -191,6 +192,7 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
     comm_calls = 0
     boundary = _boundary_clock() if ab else None
     step_boundary: dict[str, list[float]] = {}
+    step_inside: dict[str, list[float]] = {}
     t_run = time.perf_counter()
     with gc_clock if ab else contextlib.nullcontext():
         for i in range(opts.cycles):
@@ -218,8 +220,8 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
                 step_comm.append(comm.ns / 1e6)
                 comm_calls += comm.calls
             if boundary is not None:
-                for phase, ns in boundary.ns.items():
-                    step_boundary.setdefault(phase, []).append(ns / 1e6)
+                _append_ms(step_boundary, boundary.ns)
+                _append_ms(step_inside, boundary.inside_ns)
             accept.append(result.accept_len)
             in_request += result.accept_len
     run_s = time.perf_counter() - t_run
@@ -230,6 +232,7 @@ def _run_cycles(opts: DemoOptions, r: _Rank) -> _Cycles:
         step_cpu if ab else None, step_gc if ab else None,
         step_comm if comm is not None else None, comm_calls,
         step_boundary if boundary is not None else None,
+        step_inside if boundary is not None else None,
     )  # fmt: skip
 
 
@@ -240,6 +243,12 @@ def _comm_clock(opts: DemoOptions) -> clocks.CallClock | None:
         return None
     clocks.COMM_CLOCK = clocks.CallClock()
     return clocks.COMM_CLOCK
+
+
+def _append_ms(series: dict[str, list[float]], ns: dict[str, int]) -> None:
+    """A step's figures (ns, by phase) appended to their series (ms)."""
+    for phase, value in ns.items():
+        series.setdefault(phase, []).append(value / 1e6)
 
 
 def _boundary_clock() -> clocks.BoundaryClock:
@@ -305,6 +314,7 @@ def _payload(
         "step_comm_ms": c.step_comm_ms,
         "comm_calls": c.comm_calls,
         "step_boundary_ms": c.step_boundary_ms,
+        "step_inside_ms": c.step_inside_ms,
         "ab_recorder": c.switched,
         "model": {"size": opts.model_size, **asdict(opts.model_config())},
     }

@@ -56,9 +56,11 @@ def test_crossings_are_the_wrapper_not_the_body(boundary: clocks.BoundaryClock) 
     # (the bound leaves a loaded machine 30 ms)
     crossed_ms = boundary.ns["verify"] / 1e6
     assert 10.0 <= crossed_ms < 40.0
+    # and the 120 ms of body are inside the calls, the wrapper's 10 ms are not
+    assert 120.0 <= boundary.inside_ns["verify"] / 1e6 < 130.0 + 30.0
     # and a step's figures start again from nothing
     boundary.reset()
-    assert boundary.ns == {}
+    assert boundary.ns == boundary.inside_ns == {}
 
 
 def test_nested_calls_keep_their_own_crossings(boundary: clocks.BoundaryClock) -> None:
@@ -79,6 +81,9 @@ def test_nested_calls_keep_their_own_crossings(boundary: clocks.BoundaryClock) -
     # ms with the draft's) nor the draft's body (the bounds leave a loaded machine 15 ms)
     assert 20.0 <= boundary.ns["draft"] / 1e6 < 35.0
     assert 10.0 <= boundary.ns["step"] / 1e6 < 25.0
+    # and inside the step: the whole draft call (its 20 ms wrapper and 60 ms body)
+    assert 80.0 <= boundary.inside_ns["step"] / 1e6 < 95.0
+    assert 60.0 <= boundary.inside_ns["draft"] / 1e6 < 75.0
 
 
 def test_without_a_clock_calls_are_plain() -> None:
