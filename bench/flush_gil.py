@@ -135,6 +135,25 @@ def _loop_work(kind: str) -> Callable[[], object]:
     return lambda: torch.add(a, b)
 
 
+def _loop_lost_us(
+    work: Callable[[], object],
+    gap_us: float,
+    stop: Callable[[], bool] | None = None,
+    span_us: float = 0.0,
+) -> float:
+    """Run `work` until `stop()` (without one, for `span_us`): the time lost in gaps between
+    iterations longer than `gap_us`, µs."""
+    gaps, last = 0, time.perf_counter_ns()
+    end = last + span_us * 1e3
+    while not stop() if stop is not None else last < end:
+        work()
+        now = time.perf_counter_ns()
+        if now - last > gap_us * 1e3:
+            gaps += now - last
+        last = now
+    return gaps / 1e3
+
+
 def stall(rows: int, flushes: int, gap_us: float, loop: str) -> dict[str, Any]:
     work = _loop_work(loop)
     rec, step = _recorder(Path(tempfile.mkdtemp(prefix="tk-flush-gil-")))
@@ -145,15 +164,8 @@ def stall(rows: int, flushes: int, gap_us: float, loop: str) -> dict[str, Any]:
         spent: list[float] = []
         thread = threading.Thread(target=_flush_later, args=(rec, done, spent))
         thread.start()
-        gaps, last = 0.0, time.perf_counter_ns()
-        while not done.is_set():
-            work()
-            now = time.perf_counter_ns()
-            if now - last > gap_us * 1e3:
-                gaps += now - last
-            last = now
+        lost.append(_loop_lost_us(work, gap_us, stop=done.is_set))
         thread.join()
-        lost.append(gaps / 1e3)
         walls.append(spent[0])
         cpus.append(spent[1])
     rec.close()
@@ -168,17 +180,7 @@ def stall(rows: int, flushes: int, gap_us: float, loop: str) -> dict[str, Any]:
 def control(gap_us: float, loop: str, span_us: float, runs: int = 10) -> dict[str, Any]:
     """The same loop with no flush, for as long as a flush lasted: what it loses anyway."""
     work = _loop_work(loop)
-    lost = []
-    for _ in range(runs):
-        gaps, last = 0.0, time.perf_counter_ns()
-        end = last + span_us * 1e3
-        while last < end:
-            work()
-            now = time.perf_counter_ns()
-            if now - last > gap_us * 1e3:
-                gaps += now - last
-            last = now
-        lost.append(gaps / 1e3)
+    lost = [_loop_lost_us(work, gap_us, span_us=span_us) for _ in range(runs)]
     return {"loop_lost_us": statistics.median(lost), "span_us": span_us}
 
 
